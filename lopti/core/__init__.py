@@ -1,0 +1,51 @@
+"""The paper's math as small pure torch functions; see ../shared/PAPER.md for each section cited."""
+
+from lopti.core.advantages import (
+    ESTIMATORS,
+    dr_grpo_advantages,
+    grpo_advantages,
+    masked_whiten,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+    token_advantages,
+)
+from lopti.core.aggregate import AGGREGATIONS, aggregate_loss
+from lopti.core.bound import grad_norm_bounds, logit_grad_norm
+from lopti.core.isolation import (
+    ORDERS,
+    isolate_advantages,
+    lopti_phase,
+    low_prob_mask,
+    phase_masks,
+    quantile_eta,
+)
+from lopti.core.kl import KL_ESTIMATORS, kl_penalty
+from lopti.core.loss import clipped_policy_loss
+from lopti.core.reweight import ar_weights, reweight_advantages
+
+__all__ = [
+    "AGGREGATIONS",
+    "ESTIMATORS",
+    "KL_ESTIMATORS",
+    "ORDERS",
+    "aggregate_loss",
+    "ar_weights",
+    "clipped_policy_loss",
+    "dr_grpo_advantages",
+    "grad_norm_bounds",
+    "grpo_advantages",
+    "isolate_advantages",
+    "kl_penalty",
+    "logit_grad_norm",
+    "lopti_phase",
+    "low_prob_mask",
+    "masked_whiten",
+    "phase_masks",
+    "quantile_eta",
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "reweight_advantages",
+    "rloo_advantages",
+    "token_advantages",
+]

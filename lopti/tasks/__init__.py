@@ -1,0 +1,1 @@
+"""Tasks with verifiable rewards: data generation, prompts and reward functions."""

@@ -1,0 +1,142 @@
+"""K&K datasets: records in lopti's and verl/Logic-RL's schema, files, and 🤗 `DatasetDict`s."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lopti.tasks.kk.generate import MAX_PEOPLE, MIN_PEOPLE, Puzzle, generate_splits
+from lopti.tasks.kk.prompts import prefill, render_prompt
+from lopti.tasks.kk.render import DEFAULT_ROLES, Roles, pick_names, render_quiz, render_solution
+
+SPLITS = ("train", "test")
+REQUIRED_FIELDS = ("id", "people", "names", "statements", "solution", "prompt")
+
+
+def parse_people(spec: str | int | Iterable[int]) -> list[int]:
+    """Return the sizes in a people spec: 5, "3-7", "2,4,6" or a list; each checked against the limits."""
+    if isinstance(spec, int):
+        sizes = [spec]
+    elif isinstance(spec, str):
+        try:
+            sizes = []
+            for part in spec.split(","):
+                low, _, high = part.strip().partition("-")
+                sizes.extend(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise ValueError(f"people must look like 5, 3-7 or 2,4,6; got {spec!r}") from None
+    else:
+        sizes = list(spec)
+    if not sizes:
+        raise ValueError(f"people spec {spec!r} names no size")
+    for size in sizes:
+        if not isinstance(size, int) or not MIN_PEOPLE <= size <= MAX_PEOPLE:
+            raise ValueError(f"people must be from {MIN_PEOPLE} to {MAX_PEOPLE}, got {size!r} in {spec!r}")
+    return sorted(set(sizes))
+
+
+def puzzle_record(
+    puzzle: Puzzle, split: str, index: int, seed: int | str, template: str, roles: Roles = DEFAULT_ROLES
+) -> dict[str, Any]:
+    """Return one dataset row: the puzzle, its text, its prompt, and the verl/Logic-RL fields."""
+    rng = random.Random(f"kk-text|{seed}|{split}|{puzzle.people}|{index}")
+    names = pick_names(rng, puzzle.people)
+    quiz = render_quiz(puzzle.statements, names, rng, roles)
+    solution_text = render_solution(names, puzzle.solution, roles)
+    return {
+        "id": f"kk-{puzzle.people}p-{split}-{index:05d}",
+        "people": puzzle.people,
+        "names": names,
+        "statements": puzzle.statements,
+        "solution": puzzle.solution,
+        "solution_text": solution_text,
+        "quiz": quiz,
+        "prompt": render_prompt(quiz, puzzle.people, template, roles),
+        "roles": list(roles),
+        "data_source": f"kk_logic{puzzle.people}",
+        "ability": "logic",
+        "reward_model": {
+            "style": "rule",
+            "ground_truth": {
+                "solution_text_format": solution_text,
+                "names": names,
+                "solution": puzzle.solution,
+            },
+        },
+        "extra_info": {"split": split, "index": index, "template": template, "prefill": prefill(template)},
+    }
+
+
+def kk_records(
+    people: str | int | Iterable[int] = "3-7",
+    train: int = 900,
+    test: int = 100,
+    seed: int | str = 0,
+    template: str = "chatml-think",
+    depth: int = 2,
+    width: int = 2,
+    roles: Roles = DEFAULT_ROLES,
+) -> dict[str, list[dict[str, Any]]]:
+    """Return {"train": rows, "test": rows} with `train` and `test` puzzles per size in `people`."""
+    render_prompt("", 2, template, roles)  # fail on an unknown template before generating anything
+    records: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLITS}
+    for size in parse_people(people):
+        splits = generate_splits(size, train, test, seed, depth, width)
+        for split, puzzles in zip(SPLITS, splits, strict=True):
+            records[split] += [puzzle_record(p, split, i, seed, template, roles) for i, p in enumerate(puzzles)]
+    return records
+
+
+def arrow_row(record: dict[str, Any]) -> dict[str, Any]:
+    """Return `record` with `statements` as a JSON string: Arrow cannot store lists mixing str and int."""
+    return {**record, "statements": json.dumps(record["statements"], separators=(",", ":"))}
+
+
+def kk_dataset(**kwargs: Any):
+    """Return a `datasets.DatasetDict` with train and test splits; arguments as for `kk_records`."""
+    from datasets import Dataset, DatasetDict
+
+    records = kk_records(**kwargs)
+    return DatasetDict({split: Dataset.from_list([arrow_row(r) for r in rows]) for split, rows in records.items()})
+
+
+def write_kk(out_dir: str | Path, **kwargs: Any) -> dict[str, Path]:
+    """Write {split}.jsonl (nested statements) and {split}.parquet (JSON statements); return the paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split, rows in kk_records(**kwargs).items():
+        jsonl = out / f"{split}.jsonl"
+        jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        parquet = out / f"{split}.parquet"
+        pq.write_table(pa.Table.from_pylist([arrow_row(r) for r in rows]), parquet)
+        written[f"{split}.jsonl"], written[f"{split}.parquet"] = jsonl, parquet
+    return written
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Return the rows of a K&K JSONL file, raising a ValueError that names the file and row when bad."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no K&K data file at {path}")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, row {number}: not valid JSON ({error.msg})") from None
+        missing = [field for field in REQUIRED_FIELDS if field not in row]
+        if missing:
+            raise ValueError(f"{path}, row {number}: missing field(s) {', '.join(missing)}")
+        if len(row["names"]) != row["people"] or len(row["solution"]) != row["people"]:
+            raise ValueError(f"{path}, row {number}: names and solution must have {row['people']} entries")
+        rows.append(row)
+    return rows

@@ -1,0 +1,123 @@
+"""Random Knights-and-Knaves puzzles with exactly one solution (PAPER.md §6).
+
+Sampling follows Xie et al. 2024: every person makes one statement; at each level the six choices
+(atom, not, and, or, ->, <=>) are equally likely until the depth limit forces an atom; operands under one
+operator are distinct; nobody's statement contains "I am a knave". A puzzle is kept only if it has
+exactly one solution and its canonical form was not seen before.
+
+Randomness comes from `random.Random` seeded by a string, so the same arguments give the same puzzles on
+any machine and Python version.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from lopti.tasks.kk.logic import Statement, canonical_key, consistent_assignments
+
+MIN_PEOPLE = 2
+MAX_PEOPLE = 12
+KINDS = ("atom", "not", "and", "or", "->", "<=>")
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    """A puzzle's structure: person i says statements[i]; solution[i] is True iff person i is a knight."""
+
+    statements: list[Statement]
+    solution: list[bool]
+
+    @property
+    def people(self) -> int:
+        return len(self.statements)
+
+    @property
+    def key(self) -> str:
+        return canonical_key(self.statements)
+
+
+def check_people(people: int) -> None:
+    """Raise a ValueError unless the generator supports `people` inhabitants."""
+    if not isinstance(people, int) or not MIN_PEOPLE <= people <= MAX_PEOPLE:
+        raise ValueError(f"people must be an integer from {MIN_PEOPLE} to {MAX_PEOPLE}, got {people!r}")
+
+
+def sample_statement(rng: random.Random, speaker: int, people: int, depth: int, width: int) -> Statement:
+    """Return one random statement by `speaker`, at most `depth` levels deep and `width` operands wide."""
+    kind = "atom" if depth <= 1 else KINDS[rng.randrange(len(KINDS))]
+    if kind == "atom":
+        while True:
+            role = ("telling-truth", "lying")[rng.randrange(2)]
+            person = rng.randrange(people)
+            if not (role == "lying" and person == speaker):  # "I am a knave" is a paradox
+                return [role, person]
+    if kind == "not":
+        return ["not", sample_statement(rng, speaker, people, depth - 1, width)]
+    count = 2 if kind in ("->", "<=>") else rng.randint(2, max(2, width))
+    operands: list[Statement] = []
+    while len(operands) < count:
+        operand = sample_statement(rng, speaker, people, depth - 1, width)
+        if operand not in operands:
+            operands.append(operand)
+    return [kind, *operands]
+
+
+def generate_puzzles(
+    count: int,
+    people: int,
+    seed: int | str = 0,
+    depth: int = 2,
+    width: int = 2,
+    exclude: set[str] | frozenset[str] = frozenset(),
+    max_attempts: int | None = None,
+) -> list[Puzzle]:
+    """Return `count` distinct puzzles with a unique solution; none whose canonical key is in `exclude`.
+
+    Raises a ValueError saying how many were found when `max_attempts` samples (default 200 per puzzle)
+    cannot yield enough, which happens for tiny sizes where few distinct puzzles exist.
+    """
+    check_people(people)
+    if depth < 1 or width < 2:
+        raise ValueError(f"depth must be ≥ 1 and width ≥ 2, got depth={depth}, width={width}")
+    if count < 0:
+        raise ValueError(f"count must be ≥ 0, got {count}")
+    rng = random.Random(f"kk|{seed}|{people}|{depth}|{width}")
+    attempts_left = max_attempts if max_attempts is not None else 200 * max(count, 1) + 1000
+    seen = set(exclude)
+    puzzles: list[Puzzle] = []
+    while len(puzzles) < count:
+        if attempts_left == 0:
+            raise ValueError(
+                f"found only {len(puzzles)} of {count} unique {people}-person puzzles "
+                f"(depth {depth}, width {width}, seed {seed!r}); ask for fewer or allow deeper statements"
+            )
+        attempts_left -= 1
+        statements = [sample_statement(rng, i, people, depth, width) for i in range(people)]
+        table = consistent_assignments(statements)
+        if table.bit_count() != 1:
+            continue
+        key = canonical_key(statements)
+        if key in seen:
+            continue
+        seen.add(key)
+        index = table.bit_length() - 1
+        puzzles.append(Puzzle(statements, [bool(index >> j & 1) for j in range(people)]))
+    return puzzles
+
+
+def generate_splits(
+    people: int,
+    train: int,
+    test: int,
+    seed: int | str = 0,
+    depth: int = 2,
+    width: int = 2,
+) -> tuple[list[Puzzle], list[Puzzle]]:
+    """Return (train, test) puzzles of one size that never share a canonical form.
+
+    Both come from one stream, test first; the stream does not depend on the count, so growing `train`
+    never changes `test`.
+    """
+    puzzles = generate_puzzles(test + train, people, seed, depth, width)
+    return puzzles[test:], puzzles[:test]

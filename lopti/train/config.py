@@ -1,0 +1,126 @@
+"""`LoptiGRPOConfig`: TRL's `GRPOConfig` plus the paper's switches (PAPER.md §4–§5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS
+
+# TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
+SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+@dataclass
+class LoptiGRPOConfig(GRPOConfig):
+    """Configuration for `LoptiGRPOTrainer`. Every `GRPOConfig` field keeps its meaning.
+
+    The loss is computed by `lopti.core`, so TRL options that change the surrogate (sequence-level
+    importance sampling, CISPO/SAPO/VESPO/LUSPO, entropy masks, off-policy masks, adaptive entropy) are
+    rejected here instead of being silently ignored.
+    """
+
+    ar_alpha: float = field(
+        default=0.0,
+        metadata={
+            "help": "Advantage Reweighting α in [0, 1]: each token's advantage is scaled by α·π_old + (1 − α). "
+            "0 disables it. The paper uses 0.3 (K&K with Lopti), 0.2 (K&K alone) and 0.1 (math)."
+        },
+    )
+    lopti: bool = field(
+        default=False,
+        metadata={
+            "help": "Low-Probability Token Isolation: update on tokens with π_old < lopti_eta first, then on the "
+            "rest from the updated weights. Needs num_iterations=2 (one pass per group)."
+        },
+    )
+    lopti_eta: float = field(
+        default=0.5, metadata={"help": "Lopti probability threshold η in (0, 1); low tokens have π_old < η."}
+    )
+    lopti_order: str = field(
+        default="low_first",
+        metadata={"help": "'low_first' (the paper's method) or 'high_first' (its ablation, worse than GRPO)."},
+    )
+    advantage_estimator: str | None = field(
+        default=None,
+        metadata={
+            "help": "None keeps TRL's advantages (scale_rewards etc.). 'grpo' is the paper's (std + 1e-6); also "
+            "'dr_grpo', 'rloo', 'reinforce_pp' (batch-whitened outcome return) and 'reinforce_pp_baseline'."
+        },
+    )
+    dual_clip: float | None = field(
+        default=None,
+        metadata={"help": "Dual-clip constant c > 1 for negative advantages (the paper uses 10); None disables."},
+    )
+    kl_estimator: str = field(
+        default="k3",
+        metadata={"help": "KL penalty estimator when beta > 0: 'k1', 'k2' or 'k3' (low-var KL)."},
+    )
+    max_nonfinite_losses: int = field(
+        default=3,
+        metadata={"help": "Stop training after this many consecutive non-finite losses (each one is skipped)."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        problems = self.lopti_problems()
+        if problems:
+            raise ValueError("invalid LoptiGRPOConfig:\n  - " + "\n  - ".join(problems))
+
+    def lopti_problems(self) -> list[str]:
+        """Return every setting that lopti cannot honour, each with what to do instead."""
+        problems = []
+        if not 0.0 <= self.ar_alpha <= 1.0:
+            problems.append(f"ar_alpha must be in [0, 1], got {self.ar_alpha}")
+        if not 0.0 < self.lopti_eta < 1.0:
+            problems.append(f"lopti_eta must be in (0, 1), got {self.lopti_eta}")
+        if self.lopti_order not in ORDERS:
+            problems.append(f"lopti_order must be one of {ORDERS}, got {self.lopti_order!r}")
+        if self.advantage_estimator is not None and self.advantage_estimator not in ESTIMATORS:
+            problems.append(
+                f"advantage_estimator must be None or one of {ESTIMATORS}, got {self.advantage_estimator!r}"
+            )
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            problems.append(f"dual_clip must be > 1 or None, got {self.dual_clip}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.max_nonfinite_losses < 1:
+            problems.append(f"max_nonfinite_losses must be ≥ 1, got {self.max_nonfinite_losses}")
+        if self.loss_type not in SUPPORTED_LOSS_TYPES:
+            problems.append(f"loss_type {self.loss_type!r} is not supported; use one of {SUPPORTED_LOSS_TYPES}")
+        if self.importance_sampling_level != "token":
+            problems.append("importance_sampling_level='sequence' is not supported (AR and Lopti act per token)")
+        if self.delta is not None:
+            problems.append(f"delta={self.delta} is TRL's two-sided clip; set dual_clip={self.delta} instead")
+        if self.top_entropy_quantile < 1.0:
+            problems.append("top_entropy_quantile < 1 is not supported; leave it at 1.0")
+        if self.off_policy_mask_threshold is not None:
+            problems.append("off_policy_mask_threshold is not supported; leave it None")
+        if self.use_adaptive_entropy:
+            problems.append("use_adaptive_entropy is not supported; use a fixed entropy_coef")
+        if self.lopti:
+            problems += self._lopti_schedule_problems()
+        return problems
+
+    def _lopti_schedule_problems(self) -> list[str]:
+        problems = []
+        if self.num_iterations != 2:
+            problems.append(
+                f"lopti=True needs each generated batch used for exactly two update passes (one on low-, one on "
+                f"high-probability tokens): set num_iterations=2 (got {self.num_iterations})"
+            )
+        if self.steps_per_generation % self.gradient_accumulation_steps != 0:
+            problems.append(
+                f"lopti=True needs each pass to end on an optimizer step: steps_per_generation "
+                f"({self.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps})"
+            )
+        cycle = 2 * self.steps_per_generation // max(self.gradient_accumulation_steps, 1)
+        if self.save_strategy == "steps" and isinstance(self.save_steps, int) and self.save_steps % cycle != 0:
+            problems.append(
+                f"with lopti=True a checkpoint must fall between two generated batches, so that a resumed run "
+                f"starts a fresh batch in phase 1: save_steps ({self.save_steps}) must be a multiple of "
+                f"2 × steps_per_generation / gradient_accumulation_steps = {cycle}"
+            )
+        return problems

@@ -1,0 +1,225 @@
+"""`LoptiGRPOTrainer`: TRL's GRPOTrainer with Advantage Reweighting and Lopti (PAPER.md §4–§5).
+
+TRL keeps everything it does well (generation, vLLM, rewards, distribution, logging); lopti changes
+three private methods, each marked below and guarded by tests/train/test_trl_contract.py:
+- `_calculate_rewards`: remembers the rewards, for lopti's advantage estimators;
+- `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
+- `_compute_loss`: the loss is `lopti.core`'s clipped surrogate with AR weights, the Lopti phase mask,
+  optional dual clip and a KL penalty masked to the phase's tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from lopti.core import (
+    aggregate_loss,
+    ar_weights,
+    clipped_policy_loss,
+    isolate_advantages,
+    kl_penalty,
+    lopti_phase,
+    low_prob_mask,
+    phase_masks,
+    token_advantages,
+)
+from lopti.train.config import LoptiGRPOConfig
+
+AGGREGATION_OF_LOSS_TYPE = {
+    "grpo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",
+}
+
+
+def _reward_name(func: Any) -> str:
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def _is_python_reward(func: Any) -> bool:
+    """Return True for a plain callable reward (not a reward-model name or module)."""
+    return callable(func) and not isinstance(func, (str, torch.nn.Module))
+
+
+def explain_reward_errors(func: Callable[..., list[float]]) -> Callable[..., list[float]]:
+    """Return `func` wrapped so that an exception names the function and the first failing sample."""
+
+    @functools.wraps(func)
+    def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        try:
+            return func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
+            for index in range(len(completions)):
+                one = {
+                    k: v[index : index + 1] if isinstance(v, list) and len(v) == len(completions) else v
+                    for k, v in kwargs.items()
+                }
+                try:
+                    func(prompts=prompts[index : index + 1], completions=completions[index : index + 1], **one)
+                except Exception as sample_error:
+                    raise RuntimeError(
+                        f"reward function {_reward_name(func)!r} raised on sample {index} of the batch "
+                        f"({type(sample_error).__name__}: {sample_error})"
+                    ) from error
+            raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
+
+    return wrapped
+
+
+class LoptiGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
+
+    Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`
+    and `advantage_estimator=None` it trains exactly like GRPOTrainer.
+    """
+
+    def __init__(self, model: Any, reward_funcs: Any, args: LoptiGRPOConfig, **kwargs: Any) -> None:
+        if not isinstance(args, LoptiGRPOConfig):
+            raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        funcs = [explain_reward_errors(f) if _is_python_reward(f) else f for f in funcs]
+        super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
+        self._rewards_per_func: torch.Tensor | None = None
+        self._nonfinite_in_a_row = 0
+
+    # --- TRL override 1: keep the rewards, which GRPOTrainer only turns into advantages internally.
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._rewards_per_func
+
+    # --- TRL override 2: swap TRL's (B,) advantages for lopti.core's per-token ones if an estimator is set.
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.advantage_estimator is not None and self.model.training:
+            output["advantages"] = self._lopti_advantages(output["completion_mask"])
+        return output
+
+    def _lopti_advantages(self, local_mask: torch.Tensor) -> torch.Tensor:
+        """Return (B_local, T) advantages computed over the global batch, as TRL does for its own."""
+        rewards_per_func = self._rewards_per_func
+        weights = self.reward_weights.to(rewards_per_func.device)
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = torch.nan_to_num(rewards_per_func * weights).sum(dim=1)
+        lengths = self.accelerator.gather(local_mask.sum(dim=1))
+        global_mask = torch.arange(int(lengths.max()), device=lengths.device)[None, :] < lengths[:, None]
+        advantages = token_advantages(rewards, global_mask, self.num_generations, self.args.advantage_estimator)
+        per_response = advantages[:, 0].masked_fill(unscorable, 0.0)  # outcome advantages: one per response
+        start = self.accelerator.process_index * local_mask.size(0)
+        local = per_response[start : start + local_mask.size(0)].to(local_mask.device)
+        return local[:, None] * local_mask.to(local.dtype)
+
+    def lopti_phase(self) -> int:
+        """Return the Lopti phase (0 or 1) of the current micro-step, from TRL's micro-step counter."""
+        cycle_step = self._step % (self.args.steps_per_generation * self.num_iterations)
+        return lopti_phase(cycle_step, self.args.steps_per_generation)
+
+    # --- TRL override 3: the loss, from lopti.core.
+    def _compute_loss(self, model, inputs):
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
+        # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = logps.detach() if old_logps is None else old_logps
+
+        advantages = inputs["advantages"]
+        advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
+        weights = ar_weights(old_logps, self.args.ar_alpha)
+        advantages = advantages * weights
+        active = mask.bool()
+        phase = self.lopti_phase() if self.args.lopti else 0
+        if self.args.lopti:
+            active = phase_masks(old_logps, mask, self.args.lopti_eta, self.args.lopti_order)[phase]
+            advantages = isolate_advantages(advantages, active)
+
+        per_token, clip_metrics = clipped_policy_loss(
+            logps, old_logps, advantages, mask, self.epsilon_low, self.epsilon_high, self.args.dual_clip
+        )
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            kl = kl_penalty(logps, inputs["ref_per_token_logps"], self.args.kl_estimator, mask=active)
+            if self.args.use_bias_correction_kl:
+                kl = kl * torch.exp(logps - old_logps)
+            per_token = per_token + self.beta * kl
+
+        loss = self._aggregate(per_token, mask, inputs)
+        if self.args.entropy_coef != 0.0:
+            entropy = aggregate_loss(entropies, active) if active.any() else entropies.sum() * 0.0
+            loss = loss - self.args.entropy_coef * entropy / self._accumulation()
+        loss = self._guard_nonfinite(loss, logps)
+        self._log_step_metrics(
+            logps,
+            old_logps,
+            entropies,
+            mask,
+            active,
+            weights,
+            clip_metrics,
+            loss,
+            phase,
+            kl if self.beta != 0.0 else None,
+        )
+        return loss
+
+    def _accumulation(self) -> float:
+        return self.current_gradient_accumulation_steps if self.model.training else 1.0
+
+    def _aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict) -> torch.Tensor:
+        """Return the loss normalised exactly as TRL normalises its `loss_type`."""
+        mode = AGGREGATION_OF_LOSS_TYPE[self.loss_type]
+        if self.loss_type == "dapo":
+            num_tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if self.model.training:
+                num_tokens = num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return aggregate_loss(per_token, mask, mode, num_tokens=num_tokens)
+        loss = aggregate_loss(per_token, mask, mode, max_length=self.max_completion_length)
+        return loss / self._accumulation()
+
+    def _guard_nonfinite(self, loss: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
+        """Skip a non-finite loss (zero gradient), and stop after `max_nonfinite_losses` in a row."""
+        if torch.isfinite(loss):
+            self._nonfinite_in_a_row = 0
+            return loss
+        self._nonfinite_in_a_row += 1
+        self._metrics["train" if self.model.training else "eval"]["nonfinite_losses"].append(1.0)
+        if self._nonfinite_in_a_row >= self.args.max_nonfinite_losses:
+            raise RuntimeError(
+                f"stopped: {self._nonfinite_in_a_row} consecutive non-finite losses at step "
+                f"{self.state.global_step} (max_nonfinite_losses={self.args.max_nonfinite_losses}); "
+                "lower the learning rate or check the rewards"
+            )
+        return torch.zeros((), device=logps.device, requires_grad=True)  # no gradient reaches the model
+
+    def _log_step_metrics(self, logps, old_logps, entropies, mask, active, weights, clip_metrics, loss, phase, kl):
+        mode = "train" if self.model.training else "eval"
+        valid = mask.bool()
+
+        def mean_of(values: torch.Tensor, where: torch.Tensor = valid) -> float:
+            total = torch.stack([(values * where).sum(), where.sum().to(values.dtype)]).detach()
+            total = self.accelerator.gather(total).view(-1, 2).sum(dim=0)
+            return (total[0] / total[1].clamp(min=1)).item()
+
+        metrics = self._metrics[mode]
+        metrics["entropy"].append(mean_of(entropies))
+        metrics["lopti/low_prob_token_share"].append(
+            mean_of(low_prob_mask(old_logps, mask, self.args.lopti_eta).float())
+        )
+        if self.args.ar_alpha > 0:
+            metrics["ar/weight_mean"].append(mean_of(weights))
+        for name, value in clip_metrics.items():
+            metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
+        if kl is not None:
+            metrics["kl"].append(mean_of(kl, active))
+        name = f"lopti/phase{phase + 1}_loss" if self.args.lopti else "policy_loss"
+        metrics[name].append(self.accelerator.gather(loss.detach()).nanmean().item())

@@ -1,0 +1,119 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lopti.tasks.kk.rewards import (
+    accuracy,
+    compute_score,
+    logic_rl_score,
+    make_reward,
+    partial_score,
+    strict_score,
+)
+
+NAMES = ["Ann", "Bob", "Cy"]
+SOLUTION = [True, False, True]
+RIGHT = "(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is a knight"
+
+
+def text(answer, think="<think>Bob lies.</think>"):
+    return f"{think}\n<answer>{answer}</answer>"
+
+
+GOLDEN = [
+    # (assistant text, logic_rl, strict, partial, accuracy)
+    (text(RIGHT), 3.0, 3.0, 1.0, 1.0),
+    (text("(1) Ann is a knight\n(2) Bob is a knight\n(3) Cy is a knight"), -0.5, -0.5, 2 / 3, 0.0),
+    (text("Ann is a knight, Bob is a knave"), -1.0, -1.0, 0.0, 0.0),  # a person missing
+    (text(""), -1.0, -1.0, 0.0, 0.0),  # empty answer
+    ("<think>x</think> (1) Ann is a knight (2) Bob is a knave (3) Cy is a knight", -3.0, -3.0, 0.0, 0.0),
+    (text(RIGHT) + "<answer>" + RIGHT + "</answer>", -3.0, -3.0, 0.0, 0.0),  # two answers: bad format
+    ("<answer>" + RIGHT + "</answer><think>x</think>", -3.0, -3.0, 0.0, 0.0),  # tags out of order
+    ("", -3.0, -3.0, 0.0, 0.0),
+    # reward-hacking attempts
+    (text(RIGHT + "\n(1) Ann is a knave"), -1.0, -1.0, 0.0, 0.0),  # one name given both roles
+    (text(RIGHT + "\n(4) Dee is a knave"), -1.0, -1.0, 0.0, 0.0),  # an extra person
+    (
+        text("(1) Ann is a knight\n(2) Ann is a knight\n(3) Cy is a knight"),
+        -1.0,
+        -1.0,
+        1 / 3,  # Cy alone is right: partial, never full, credit
+        0.0,
+    ),  # duplicated name
+    (text("see above", think=f"<think>{RIGHT}</think>"), -1.0, -1.0, 0.0, 0.0),  # roles only outside <answer>
+    (text("Ann is a knight or a knave, Bob is a knave, Cy is a knight"), -1.0, -1.0, 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("assistant", "logic_rl", "strict", "partial", "acc"), GOLDEN)
+def test_golden_values(assistant, logic_rl, strict, partial, acc):
+    assert logic_rl_score(assistant, NAMES, SOLUTION) == logic_rl
+    assert strict_score(assistant, NAMES, SOLUTION) == strict
+    assert partial_score(assistant, NAMES, SOLUTION) == pytest.approx(partial)
+    assert accuracy(assistant, NAMES, SOLUTION) == acc
+
+
+def test_logic_rl_counts_substrings_strict_counts_words():
+    # "knights" is one more "knight" substring for the paper's reward, not a role word for strict
+    answer = text(RIGHT + "\nAll knights found.")
+    assert logic_rl_score(answer, NAMES, SOLUTION) == -1.0
+    assert strict_score(answer, NAMES, SOLUTION) == 3.0
+
+
+def test_strict_tolerates_case_spacing_and_a_second_think():
+    sloppy = (
+        "<think> <think>Bob lies.</ THINK>\n< answer >(1) ann IS A Knight\n(2) Bob is  a knave\n"
+        "(3) Cy is a KNIGHT</Answer>"
+    )
+    assert strict_score(sloppy, NAMES, SOLUTION) == 3.0
+    assert logic_rl_score(sloppy, NAMES, SOLUTION) == -3.0
+
+
+def test_logic_rl_counts_the_prefilled_think():
+    assert logic_rl_score("<think><think>x</think><answer>" + RIGHT + "</answer>", NAMES, SOLUTION) == -3.0
+
+
+def test_configurable_roles():
+    answer = text("(1) Ann is a angel\n(2) Bob is a devil\n(3) Cy is a angel")
+    assert strict_score(answer, NAMES, SOLUTION, ("angel", "devil")) == 3.0
+    assert logic_rl_score(answer, NAMES, SOLUTION) == -1.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("<>/thinkasweroABCnyb()123 \n")), max_size=200) | st.text(max_size=300))
+def test_any_string_gives_a_float_and_never_full_credit_unless_exactly_right(junk):
+    for scorer in (logic_rl_score, strict_score, partial_score, accuracy):
+        value = scorer(junk, NAMES, SOLUTION)
+        assert isinstance(value, float)
+    assert strict_score(junk, NAMES, SOLUTION) in (3.0, -0.5, -1.0, -3.0)
+    assert logic_rl_score(junk, NAMES, SOLUTION) in (3.0, -0.5, -1.0, -3.0)
+
+
+def test_never_raises_on_bad_arguments():
+    assert logic_rl_score(None, NAMES, SOLUTION) == -3.0
+    assert strict_score(text(RIGHT), None, SOLUTION) == -3.0
+    assert partial_score(text(RIGHT), NAMES, None) == 0.0
+
+
+def test_trl_wrapper_adds_the_prefill_and_reads_columns():
+    reward = make_reward("logic_rl")
+    completions = ["Bob lies.</think>\n<answer>" + RIGHT + "</answer>"] * 2
+    prompts = ["<|im_start|>assistant\n<think>", "no prefill here"]
+    scores = reward(prompts=prompts, completions=completions, names=[NAMES] * 2, solution=[SOLUTION] * 2)
+    assert scores == [3.0, -3.0]
+    conversational = [[{"role": "assistant", "content": completions[0]}]]
+    prompt = [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>"}]]
+    assert reward(prompts=prompt, completions=conversational, names=[NAMES], solution=[SOLUTION]) == [3.0]
+    assert reward.__name__ == "kk_logic_rl"
+    with pytest.raises(ValueError, match="unknown K&K reward 'best'"):
+        make_reward("best")
+
+
+def test_verl_hook_reads_both_ground_truth_schemas():
+    response = "Bob lies.</think>\n<answer>" + RIGHT + "</answer>"
+    ours = {"names": NAMES, "solution": SOLUTION}
+    logic_rl = {"solution_text_format": RIGHT, "statements": "..."}
+    assert compute_score("kk_logic3", response, ours) == 3.0
+    assert compute_score("kk_logic3", response, logic_rl) == 3.0
+    assert compute_score("kk_logic3", "<think>" + response, ours, {"prefill": ""}) == 3.0
+    assert compute_score("kk_logic3", response, {}) == -3.0

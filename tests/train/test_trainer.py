@@ -1,0 +1,217 @@
+"""LoptiGRPOTrainer against plain TRL GRPOTrainer on a tiny model (CPU, seconds)."""
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from lopti.train.config import LoptiGRPOConfig
+from lopti.train.trainer import LoptiGRPOTrainer, explain_reward_errors
+
+
+def id_reward(completions, completion_ids, **kwargs):
+    """A reward with spread even for a random model: a hash of the token ids, so different completions differ."""
+    return [sum((k + 1) * i for k, i in enumerate(ids)) % 97 / 97 for ids in completion_ids]
+
+
+COMMON = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=8,
+    learning_rate=1e-2,
+    use_cpu=True,
+    bf16=False,
+    report_to=[],
+    logging_steps=1,
+    seed=0,
+    save_strategy="no",
+    disable_tqdm=True,
+)
+
+
+def make(trainer_cls, config_cls, folder, prompts, tmp_path, **overrides):
+    args = config_cls(output_dir=str(tmp_path / trainer_cls.__name__), **{**COMMON, **overrides})
+    return trainer_cls(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        reward_funcs=[id_reward],
+        args=args,
+        train_dataset=prompts,
+        processing_class=AutoTokenizer.from_pretrained(folder),
+    )
+
+
+def logged(trainer, key):
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(loss_type="dapo", beta=0.0),
+        dict(loss_type="grpo", beta=0.04),
+        dict(loss_type="bnpo", beta=0.04, gradient_accumulation_steps=2),
+        dict(loss_type="dr_grpo", beta=0.0, num_iterations=2),
+    ],
+    ids=["dapo", "grpo+kl", "bnpo+accumulation", "dr_grpo+two-passes"],
+)
+def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts, tmp_path, settings):
+    plain = make(GRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=3, **settings)
+    plain.train()  # build each trainer right before training: construction and training both draw random numbers
+    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=3, **settings)
+    ours.train()
+    assert logged(ours, "loss") == pytest.approx(logged(plain, "loss"), abs=1e-7)
+    assert logged(ours, "grad_norm") == pytest.approx(logged(plain, "grad_norm"), rel=1e-5)
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    moved = max((p - s).abs().max().item() for p, s in zip(plain.model.parameters(), start.parameters(), strict=True))
+    assert moved > 1e-3, "the comparison needs parameter updates"
+    for p, q in zip(plain.model.parameters(), ours.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, atol=1e-5, rtol=0)
+
+
+class Probe(LoptiGRPOTrainer):
+    """Records, per micro-step, the phase, π_old, the gradient w.r.t. the token log-probs and the weights."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records = []
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if logps.requires_grad:
+            logps.retain_grad()
+            self._probe_logps = logps
+        return logps, entropies, aux
+
+    def _compute_loss(self, model, inputs):
+        self._probe_inputs = inputs
+        return super()._compute_loss(model, inputs)
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        phase = self.lopti_phase()
+        weights_before = [p.detach().clone() for p in model.parameters()]
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        inputs = self._probe_inputs
+        self.records.append(
+            dict(
+                phase=phase,
+                old=inputs.get("old_per_token_logps"),
+                mask=inputs["completion_mask"].bool(),
+                grad=self._probe_logps.grad.clone(),
+                logps=self._probe_logps.detach().clone(),
+                weights_before=weights_before,
+                advantages=inputs["advantages"],
+            )
+        )
+        return loss
+
+
+def test_lopti_updates_low_tokens_then_high_tokens_from_updated_weights(peaked_model_dir, kk_prompts, tmp_path):
+    trainer = make(
+        Probe, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path,
+        max_steps=4, lopti=True, num_iterations=2, lopti_eta=0.5, beta=0.04, learning_rate=1e-3,
+        per_device_train_batch_size=8,
+    )  # fmt: skip
+    trainer.train()
+    records = trainer.records
+    assert [r["phase"] for r in records] == [0, 1, 0, 1]
+    for first, second in (records[0:2], records[2:4]):
+        low = first["mask"] & (first["old"].exp() < 0.5)
+        high = first["mask"] & ~low
+        assert low.any() and high.any(), "the test needs both groups"
+        # the same batch and the same π_old in both phases
+        assert torch.equal(first["old"], second["old"]) and torch.equal(first["mask"], second["mask"])
+        # phase 1's gradient only from low tokens, phase 2's only from high tokens
+        signal = (first["advantages"] != 0)[:, None].expand_as(low)
+        assert (low & signal).any() and (high & signal).any(), "the test needs advantages on both groups"
+        assert torch.all(first["grad"][~low] == 0) and torch.all(first["grad"][low & signal] != 0)
+        assert torch.all(second["grad"][~high] == 0) and second["grad"][high & signal].abs().sum() > 0
+        # phase 2 starts from the weights phase 1 produced
+        changed = any(
+            not torch.equal(a, b) for a, b in zip(first["weights_before"], second["weights_before"], strict=True)
+        )
+        assert changed
+
+
+def test_high_first_reverses_the_order(peaked_model_dir, kk_prompts, tmp_path):
+    trainer = make(
+        Probe, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path,
+        max_steps=2, lopti=True, num_iterations=2, lopti_order="high_first",
+    )  # fmt: skip
+    trainer.train()
+    first, second = trainer.records
+    low = first["mask"] & (first["old"].exp() < 0.5)
+    assert low.any() and (first["mask"] & ~low).any()
+    assert torch.all(first["grad"][low] == 0) and torch.all(second["grad"][~low] == 0)
+
+
+def test_ar_gradient_is_the_weight_times_the_plain_gradient(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(Probe, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); this test calls the loss directly
+    batch = trainer._prepare_inputs([kk_prompts[i] for i in range(4) for _ in range(4)])
+    alpha = 0.6
+    grads = {}
+    for value in (0.0, alpha):
+        trainer.args.ar_alpha = value
+        trainer.model.zero_grad()
+        trainer.compute_loss(trainer.model, batch).backward()
+        grads[value] = trainer._probe_logps.grad.clone()
+        old = trainer._probe_logps.detach()
+    weight = alpha * old.exp() + 1 - alpha
+    assert grads[0.0].abs().sum() > 0
+    torch.testing.assert_close(grads[alpha], weight * grads[0.0])
+
+
+def test_paper_estimator_replaces_trl_advantages(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(
+        Probe, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1, advantage_estimator="grpo"
+    )
+    trainer.train()
+    record = trainer.records[0]
+    advantages = record["advantages"]
+    assert advantages.shape == record["mask"].shape
+    assert torch.all(advantages[~record["mask"]] == 0)
+    # per response, one value; per group of 4 the paper's normalisation gives unit unbiased std (or all zeros)
+    per_response = advantages[:, 0]
+    std = per_response.std().item()
+    assert std == pytest.approx(1.0, abs=1e-3) or per_response.abs().max() == 0
+
+
+def test_reward_errors_name_function_and_sample():
+    def fragile(prompts, completions, answer, **kwargs):
+        return [1.0 / int(a) for a in answer]
+
+    wrapped = explain_reward_errors(fragile)
+    assert wrapped(prompts=["p"] * 2, completions=["c"] * 2, answer=["1", "2"], trainer_state=None) == [1.0, 0.5]
+    with pytest.raises(RuntimeError, match=r"reward function 'fragile' raised on sample 2 .*ZeroDivisionError"):
+        wrapped(prompts=["p"] * 3, completions=["c"] * 3, answer=["1", "2", "0"], trainer_state=None)
+
+
+def test_reward_errors_surface_from_training(tiny_model_dir, kk_prompts, tmp_path):
+    def fragile(completions, **kwargs):
+        raise KeyError("no such column")
+
+    args = LoptiGRPOConfig(output_dir=str(tmp_path / "f"), **{**COMMON, "max_steps": 1})
+    trainer = LoptiGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        reward_funcs=[fragile],
+        args=args,
+        train_dataset=kk_prompts,
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+    )
+    with pytest.raises(RuntimeError, match=r"reward function 'fragile' raised on sample 0 .*KeyError"):
+        trainer.train()
+
+
+def test_nonfinite_losses_are_skipped_then_stop_training(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_nonfinite_losses=2)
+    logps = torch.zeros(2, 3, requires_grad=True)
+    skipped = trainer._guard_nonfinite(torch.tensor(math.nan), logps)
+    assert skipped.item() == 0.0 and trainer._nonfinite_in_a_row == 1
+    trainer._guard_nonfinite(torch.tensor(1.0), logps)
+    assert trainer._nonfinite_in_a_row == 0
+    trainer._guard_nonfinite(torch.tensor(math.inf), logps)
+    with pytest.raises(RuntimeError, match="stopped: 2 consecutive non-finite losses"):
+        trainer._guard_nonfinite(torch.tensor(math.nan), logps)
