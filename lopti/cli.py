@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
-TRAIN_PLAN = """\
-lopti train (embedded default) will:
-  1. build the embedded `tiny` Qwen2-style model and its K&K tokenizer (cached, no download);
-  2. warm-start it with a short SFT stage on generated K&K puzzles;
-  3. run GRPO + Advantage Reweighting + Lopti on 2-3-person K&K puzzles on the CPU;
-  4. evaluate before and after on held-out puzzles and write report.md in the run folder.
-The trainer has not landed yet (see the open issues); today this command only prints the plan.
-Try `lopti data kk --out data/kk` to generate the puzzles it will train on."""
+DEFAULT_RECIPE = Path(__file__).parent / "configs" / "kk-tiny-cpu.yaml"
 
 
 def _data_kk(args: argparse.Namespace) -> None:
@@ -35,7 +29,20 @@ def _data_kk(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    print(TRAIN_PLAN)
+    import time
+
+    from lopti.train.run import train
+    from lopti.train.settings import parse_overrides, resolve, split
+
+    config = Path(args.config) if args.config else DEFAULT_RECIPE
+    overrides = parse_overrides(args.overrides)
+    if args.resume:
+        overrides["resume"] = True
+    settings = resolve(config, overrides, defaults={})
+    settings.setdefault("output_dir", str(Path("runs") / f"{config.stem}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    run, trainer_kwargs = split(settings)
+    run_dir = train(run, trainer_kwargs, settings)
+    print(f"run folder: {run_dir}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train with GRPO + AR + Lopti (default: tiny model on K&K, CPU)")
+    train = commands.add_parser(
+        "train",
+        help="train with GRPO + AR + Lopti (default: tiny model on K&K, CPU)",
+        description="Keys come from the YAML recipe, then from --key value pairs (any RunConfig or "
+        "LoptiGRPOConfig field). Without --config the embedded default recipe kk-tiny-cpu.yaml is used.",
+    )
+    train.add_argument("--config", help="YAML recipe (default: the embedded kk-tiny-cpu.yaml)")
+    train.add_argument("--resume", action="store_true", help="continue output_dir from its last complete checkpoint")
     train.set_defaults(run=_train)
 
     data = commands.add_parser("data", help="generate task data")
@@ -63,7 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input ends in one red line on stderr and exit status 2."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "train":
+        args.overrides = extra  # --key value pairs for any config field
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.run(args)
     except (ValueError, FileNotFoundError, PermissionError) as error:

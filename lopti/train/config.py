@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -63,10 +64,31 @@ class LoptiGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        shape = self._batch_shape_problem()  # before TRL's own check, to show the whole arithmetic
+        if shape:
+            raise ValueError(f"invalid LoptiGRPOConfig: {shape}")
         super().__post_init__()
         problems = self.lopti_problems()
         if problems:
-            raise ValueError("invalid LoptiGRPOConfig:\n  - " + "\n  - ".join(problems))
+            raise ValueError("invalid LoptiGRPOConfig: " + "; ".join(problems))
+
+    def _batch_shape_problem(self) -> str | None:
+        if self.generation_batch_size is not None:
+            completions, arithmetic = self.generation_batch_size, "generation_batch_size"
+        else:
+            steps = self.steps_per_generation or self.gradient_accumulation_steps
+            processes = int(os.environ.get("WORLD_SIZE", "1"))  # TRL's world_size is not set up yet
+            completions = self.per_device_train_batch_size * processes * steps
+            arithmetic = (
+                f"per_device_train_batch_size {self.per_device_train_batch_size} × {processes} process(es) "
+                f"× steps_per_generation {steps}"
+            )
+        if completions % self.num_generations == 0:
+            return None
+        return (
+            f"each generated batch must hold whole groups of num_generations={self.num_generations} completions, "
+            f"but {arithmetic} = {completions}; make it a multiple of {self.num_generations}"
+        )
 
     def lopti_problems(self) -> list[str]:
         """Return every setting that lopti cannot honour, each with what to do instead."""

@@ -79,12 +79,17 @@ def kk_records(
     depth: int = 2,
     width: int = 2,
     roles: Roles = DEFAULT_ROLES,
+    test_people: str | int | Iterable[int] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Return {"train": rows, "test": rows} with `train` and `test` puzzles per size in `people`."""
+    """Return {"train": rows, "test": rows}: `train` puzzles per size in `people` and `test` per size in
+    `test_people` (default: `people`). Per size, both splits come from one stream and never overlap."""
     render_prompt("", 2, template, roles)  # fail on an unknown template before generating anything
+    train_sizes = parse_people(people)
+    test_sizes = train_sizes if test_people is None else parse_people(test_people)
     records: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLITS}
-    for size in parse_people(people):
-        splits = generate_splits(size, train, test, seed, depth, width)
+    for size in sorted(set(train_sizes) | set(test_sizes)):
+        counts = (train if size in train_sizes else 0, test if size in test_sizes else 0)
+        splits = generate_splits(size, *counts, seed, depth, width)
         for split, puzzles in zip(SPLITS, splits, strict=True):
             records[split] += [puzzle_record(p, split, i, seed, template, roles) for i, p in enumerate(puzzles)]
     return records

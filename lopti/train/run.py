@@ -1,0 +1,147 @@
+"""`lopti train`: build the task data and rewards, the model and the trainer, and fill the run folder.
+
+A run folder holds config.yaml (the resolved settings), metrics.jsonl (one line per log), tensorboard/
+(events), checkpoint-N/ (Trainer checkpoints) and final/ (the trained model and tokenizer, HF format).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from transformers import TrainerCallback
+
+from lopti.tasks.kk.data import kk_records
+from lopti.tasks.kk.prompts import trainer_prompt
+from lopti.tasks.kk.rewards import make_reward
+from lopti.train.checkpoints import last_complete_checkpoint
+from lopti.train.config import LoptiGRPOConfig
+from lopti.train.models import load_model, load_tokenizer, resolve_model
+from lopti.train.settings import RunConfig
+from lopti.train.trainer import LoptiGRPOTrainer
+
+TASKS = ("kk",)
+
+
+class MetricsLog(TrainerCallback):
+    """Append every log of the trainer to metrics.jsonl, so a run can be plotted without tensorboard."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and state.is_world_process_zero:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+
+def drop_metrics_after(path: Path, step: int) -> None:
+    """Keep only the metric lines up to `step`, so a resumed run does not log a step twice."""
+    if path.exists():
+        kept = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
+        path.write_text("".join(line + "\n" for line in kept))
+
+
+def kk_datasets(run: RunConfig):
+    """Return (train, eval) 🤗 datasets of K&K prompts in the trainer's prompt format."""
+    from datasets import Dataset
+
+    records = kk_records(
+        people=run.people,
+        train=run.train_puzzles,
+        test=run.eval_puzzles,
+        seed=run.data_seed,
+        template=run.template,
+        test_people=run.eval_people,
+    )
+
+    def as_dataset(rows: list[dict[str, Any]]) -> Dataset:
+        keep = ("id", "people", "names", "solution", "roles")
+        return Dataset.from_list(
+            [{"prompt": trainer_prompt(r["prompt"], run.template), **{k: r[k] for k in keep}} for r in rows]
+        )
+
+    return as_dataset(records["train"]), as_dataset(records["test"])
+
+
+def task_rewards(run: RunConfig, weights: list[float] | None) -> tuple[list, list[float]]:
+    """Return the reward functions and their weights; accuracy is always logged, with weight 0."""
+    if run.task not in TASKS:
+        raise ValueError(f"unknown task {run.task!r}; choose one of {', '.join(TASKS)}")
+    if weights is not None and len(weights) != len(run.rewards):
+        raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(run.rewards)}")
+    funcs = [make_reward(name) for name in run.rewards]
+    weights = list(weights) if weights is not None else [1.0] * len(funcs)
+    if "accuracy" not in run.rewards:
+        funcs.append(make_reward("accuracy"))
+        weights.append(0.0)
+    return funcs, weights
+
+
+def peft_config(run: RunConfig):
+    """Return a LoRA config for TRL when lora_r > 0, else None."""
+    if run.lora_r <= 0:
+        return None
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        raise ValueError("lora_r > 0 needs peft: pip install 'lopti[peft]'") from None
+    return LoraConfig(
+        r=run.lora_r, lora_alpha=run.lora_alpha, target_modules=run.lora_target_modules, task_type="CAUSAL_LM"
+    )
+
+
+def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTrainer:
+    """Return a ready LoptiGRPOTrainer; every check that needs no compute happens first."""
+    model_path = resolve_model(run.model)
+    funcs, weights = task_rewards(run, trainer_kwargs.pop("reward_weights", None))
+    args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=weights)
+    train, evaluation = kk_datasets(run)
+    run_dir = Path(args.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(model_path)
+    return LoptiGRPOTrainer(
+        model=load_model(model_path),
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evaluation if args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        peft_config=peft_config(run),
+        callbacks=[MetricsLog(run_dir / "metrics.jsonl")],
+    )
+
+
+def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any]) -> Path:
+    """Train, and return the run folder."""
+    run_dir = Path(trainer_kwargs["output_dir"])
+    checkpoint = last_complete_checkpoint(run_dir) if run.resume else None
+    if run.resume and checkpoint is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint in {run_dir}")
+    if not run.resume and last_complete_checkpoint(run_dir) is not None:
+        raise ValueError(
+            f"{run_dir} already holds checkpoints; pass --resume to continue it or pick another output_dir"
+        )
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
+    if checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
+        drop_metrics_after(run_dir / "metrics.jsonl", int(checkpoint.name.split("-")[1]))
+    trainer = build_trainer(run, dict(trainer_kwargs))
+    main_process = trainer.is_world_process_zero()
+    if main_process:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True))
+    started = time.time()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.save_model(str(run_dir / "final"))
+    if main_process:
+        trainer.processing_class.save_pretrained(str(run_dir / "final"))
+        summary = {
+            "train_seconds": round(time.time() - started, 1),
+            "global_step": trainer.state.global_step,
+            "processes": trainer.accelerator.num_processes,
+        }
+        (run_dir / "run.json").write_text(json.dumps(summary))
+    return run_dir

@@ -1,0 +1,62 @@
+import pytest
+
+from lopti.train.config import LoptiGRPOConfig
+
+BASE = dict(output_dir="unused", use_cpu=True, bf16=False, report_to=[])
+
+
+def config(**overrides):
+    return LoptiGRPOConfig(**{**BASE, **overrides})
+
+
+def test_defaults_are_plain_grpo():
+    c = config()
+    assert (c.ar_alpha, c.lopti, c.advantage_estimator, c.dual_clip) == (0.0, False, None, None)
+
+
+def test_valid_lopti_setup():
+    c = config(lopti=True, num_iterations=2, ar_alpha=0.3, dual_clip=10.0, advantage_estimator="grpo")
+    assert c.lopti and c.num_iterations == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(ar_alpha=1.5), "ar_alpha must be in \\[0, 1\\], got 1.5"),
+        (dict(lopti_eta=1.0), "lopti_eta must be in \\(0, 1\\)"),
+        (dict(lopti_order="middle_first"), "lopti_order must be one of"),
+        (dict(advantage_estimator="ppo"), "advantage_estimator must be None or one of"),
+        (dict(dual_clip=0.5), "dual_clip must be > 1"),
+        (dict(lopti=True), "set num_iterations=2 \\(got 1\\)"),
+        (dict(lopti=True, num_iterations=2, importance_sampling_level="sequence"), "importance_sampling_level"),
+        (dict(loss_type="cispo"), "loss_type 'cispo' is not supported"),
+        (dict(delta=4.0), "set dual_clip=4.0 instead"),
+        (
+            dict(
+                lopti=True,
+                num_iterations=2,
+                gradient_accumulation_steps=2,
+                steps_per_generation=3,
+                per_device_train_batch_size=8,
+            ),
+            "steps_per_generation \\(3\\) must be a multiple of gradient_accumulation_steps \\(2\\)",
+        ),
+        (
+            dict(lopti=True, num_iterations=2, save_strategy="steps", save_steps=3),
+            "save_steps \\(3\\) must be a multiple of .* = 2",
+        ),
+        (
+            dict(per_device_train_batch_size=6, num_generations=4),
+            "per_device_train_batch_size 6 × 1 process\\(es\\) × steps_per_generation 1 = 6",
+        ),
+    ],
+)
+def test_invalid_settings_say_what_to_do(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config(**overrides)
+
+
+def test_all_problems_reported_at_once():
+    with pytest.raises(ValueError) as error:
+        config(ar_alpha=-1.0, lopti_eta=0.0)
+    assert "ar_alpha" in str(error.value) and "lopti_eta" in str(error.value)

@@ -1,0 +1,41 @@
+"""Guard for the TRL internals that LoptiGRPOTrainer overrides or relies on.
+
+If this fails after a TRL upgrade, read the changed methods, update lopti/train/trainer.py where needed,
+rerun tests/train, then record the new fingerprints and widen the trl pin in pyproject.toml.
+"""
+
+import hashlib
+import inspect
+
+import pytest
+import trl
+from trl import GRPOTrainer
+
+TESTED_TRL = "1.16.0"
+FINGERPRINTS = {
+    # overridden by LoptiGRPOTrainer (it calls super() and post-processes or replaces the result)
+    "_compute_loss": "80295546bbdbf6f7",
+    "_calculate_rewards": "736ae29b083840b5",
+    "_generate_and_score_completions": "1fa48922792dcd5c",
+    # relied on: the micro-step counter `_step`, the buffer reuse order, and the log-prob helper
+    "_prepare_inputs": "f824e7fb07147956",
+    "training_step": "9e18632f7dd8e8d8",
+    "_get_per_token_logps_and_entropies": "ea73c3909275851d",
+}
+
+
+@pytest.mark.parametrize("method", sorted(FINGERPRINTS))
+def test_trl_internals_unchanged(method):
+    source = inspect.getsource(getattr(GRPOTrainer, method))
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    assert digest == FINGERPRINTS[method], (
+        f"GRPOTrainer.{method} changed (trl {trl.__version__}, lopti was checked against {TESTED_TRL}); "
+        "re-check lopti/train/trainer.py before trusting AR/Lopti with this TRL version"
+    )
+
+
+def test_signatures_lopti_calls():
+    params = inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters
+    assert list(params)[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"]
+    assert "compute_entropy" in params
+    assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
