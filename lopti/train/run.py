@@ -20,7 +20,9 @@ from lopti.tasks.kk.prompts import trainer_prompt
 from lopti.tasks.kk.rewards import make_reward
 from lopti.train.checkpoints import last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.evaluate import evaluate_kk
 from lopti.train.models import load_model, load_tokenizer, resolve_model
+from lopti.train.report import write_report
 from lopti.train.settings import RunConfig
 from lopti.train.trainer import LoptiGRPOTrainer
 
@@ -57,6 +59,7 @@ def kk_datasets(run: RunConfig):
         seed=run.data_seed,
         template=run.template,
         test_people=run.eval_people,
+        fixed_names=run.fixed_names,
     )
 
     def as_dataset(rows: list[dict[str, Any]]) -> Dataset:
@@ -68,16 +71,20 @@ def kk_datasets(run: RunConfig):
     return as_dataset(records["train"]), as_dataset(records["test"])
 
 
-def task_rewards(run: RunConfig, weights: list[float] | None) -> tuple[list, list[float]]:
-    """Return the reward functions and their weights; accuracy is always logged, with weight 0."""
+def task_rewards(run: RunConfig, weights: list[float] | None, tokenizer=None) -> tuple[list, list[float]]:
+    """Return the reward functions and their weights; accuracy is always logged, with weight 0.
+
+    With a tokenizer, a completion that did not end on its end-of-sequence token earns no reward.
+    """
     if run.task not in TASKS:
         raise ValueError(f"unknown task {run.task!r}; choose one of {', '.join(TASKS)}")
     if weights is not None and len(weights) != len(run.rewards):
         raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(run.rewards)}")
-    funcs = [make_reward(name) for name in run.rewards]
+    ids = {} if tokenizer is None else dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    funcs = [make_reward(name, **ids) for name in run.rewards]
     weights = list(weights) if weights is not None else [1.0] * len(funcs)
     if "accuracy" not in run.rewards:
-        funcs.append(make_reward("accuracy"))
+        funcs.append(make_reward("accuracy", **ids))
         weights.append(0.0)
     return funcs, weights
 
@@ -97,14 +104,16 @@ def peft_config(run: RunConfig):
 
 def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTrainer:
     """Return a ready LoptiGRPOTrainer; every check that needs no compute happens first."""
-    model_path = resolve_model(run.model)
-    funcs, weights = task_rewards(run, trainer_kwargs.pop("reward_weights", None))
-    args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=weights)
+    weights = trainer_kwargs.pop("reward_weights", None)
+    task_rewards(run, weights)  # check names and weights before anything is loaded
+    args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
     train, evaluation = kk_datasets(run)
+    model_path = resolve_model(run.model)  # may build an embedded model: only after every cheap check
     run_dir = Path(args.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(model_path)
-    return LoptiGRPOTrainer(
+    funcs, args.reward_weights = task_rewards(run, weights, tokenizer)
+    trainer = LoptiGRPOTrainer(
         model=load_model(model_path),
         reward_funcs=funcs,
         args=args,
@@ -114,6 +123,19 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         peft_config=peft_config(run),
         callbacks=[MetricsLog(run_dir / "metrics.jsonl")],
     )
+    trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
+    return trainer
+
+
+def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds: dict, label: str) -> dict:
+    """Evaluate the trainer's model greedily on the run's held-out set; save and return the metrics."""
+    started = time.time()
+    rows = list(trainer.lopti_eval_rows)
+    result = evaluate_kk(trainer.model, trainer.processing_class, rows, max_new_tokens=run.eval_max_new_tokens)
+    out.write_text(json.dumps(result, indent=1))
+    seconds[label] = time.time() - started
+    print(f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% on {len(rows)} puzzles")
+    return result
 
 
 def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any]) -> Path:
@@ -129,19 +151,27 @@ def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, An
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
     if checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
         drop_metrics_after(run_dir / "metrics.jsonl", int(checkpoint.name.split("-")[1]))
+    seconds = {}
+    started = time.time()
     trainer = build_trainer(run, dict(trainer_kwargs))
+    seconds["setup"] = time.time() - started
     main_process = trainer.is_world_process_zero()
     if main_process:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True))
+    before = held_out_eval(trainer, run, run_dir / "eval_before.json", seconds, "eval before") if run.evaluate else None
     started = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    seconds["train"] = time.time() - started
     trainer.save_model(str(run_dir / "final"))
     if main_process:
         trainer.processing_class.save_pretrained(str(run_dir / "final"))
         summary = {
-            "train_seconds": round(time.time() - started, 1),
+            "train_seconds": round(seconds["train"], 1),
             "global_step": trainer.state.global_step,
             "processes": trainer.accelerator.num_processes,
         }
         (run_dir / "run.json").write_text(json.dumps(summary))
+        if before is not None:
+            after = held_out_eval(trainer, run, run_dir / "eval_after.json", seconds, "eval after")
+            write_report(run_dir, before, after, seconds)
     return run_dir

@@ -35,10 +35,18 @@ class RunConfig:
     eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on (default: people)."})
     eval_puzzles: int = field(default=100, metadata={"help": "Held-out puzzles per size."})
     data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
+    fixed_names: bool = field(
+        default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
+    )
     lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights (LoRA needs peft)."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling α."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
     resume: bool = field(default=False, metadata={"help": "Continue from the last complete checkpoint."})
+    evaluate: bool = field(
+        default=False,
+        metadata={"help": "Greedy held-out evaluation before and after training, written to report.md."},
+    )
+    eval_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of each evaluation answer."})
 
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}

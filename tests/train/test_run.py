@@ -19,7 +19,7 @@ def hash_reward(completions, completion_ids, **kwargs):
 
 @pytest.fixture
 def settings(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights: ([hash_reward], [1.0]))
+    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights, tokenizer=None: ([hash_reward], [1.0]))
     return dict(
         model=str(tiny_model_dir), template="compact", people="3", train_puzzles=32, eval_puzzles=4,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=16, max_steps=4,
@@ -98,3 +98,17 @@ def test_cli_bad_input_is_one_line_before_compute(tmp_path, capsys):
     assert "is neither an existing folder" in lines[1]
     assert "× steps_per_generation 1 = 6; make it a multiple of 8" in lines[2]
     assert "config file" in lines[3] and "does not exist" in lines[3]
+
+
+def test_lora_run_saves_an_adapter(settings):
+    run_dir = train({**settings, "lora_r": 4, "max_steps": 2, "lopti": False, "num_iterations": 1})
+    assert (run_dir / "final" / "adapter_config.json").is_file()
+    assert json.loads((run_dir / "final" / "adapter_config.json").read_text())["r"] == 4
+
+
+def test_evaluate_before_and_after_writes_a_report(settings):
+    run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2})
+    before = json.loads((run_dir / "eval_before.json").read_text())
+    assert before["overall"]["n"] == 4 and set(before["per_people"]) == {"3"}
+    report = (run_dir / "report.md").read_text()
+    assert "| 3 | 4 |" in report and "accuracy before" in report and "Wall time" in report

@@ -10,7 +10,7 @@ from typing import Any
 
 from lopti.tasks.kk.generate import MAX_PEOPLE, MIN_PEOPLE, Puzzle, generate_splits
 from lopti.tasks.kk.prompts import prefill, render_prompt
-from lopti.tasks.kk.render import DEFAULT_ROLES, Roles, pick_names, render_quiz, render_solution
+from lopti.tasks.kk.render import DEFAULT_ROLES, NAMES, Roles, pick_names, render_quiz, render_solution, render_terse
 
 SPLITS = ("train", "test")
 REQUIRED_FIELDS = ("id", "people", "names", "statements", "solution", "prompt")
@@ -39,13 +39,24 @@ def parse_people(spec: str | int | Iterable[int]) -> list[int]:
 
 
 def puzzle_record(
-    puzzle: Puzzle, split: str, index: int, seed: int | str, template: str, roles: Roles = DEFAULT_ROLES
+    puzzle: Puzzle,
+    split: str,
+    index: int,
+    seed: int | str,
+    template: str,
+    roles: Roles = DEFAULT_ROLES,
+    fixed_names: bool = False,
 ) -> dict[str, Any]:
-    """Return one dataset row: the puzzle, its text, its prompt, and the verl/Logic-RL fields."""
+    """Return one dataset row: the puzzle, its text, its prompt, and the verl/Logic-RL fields.
+
+    `fixed_names` gives person k the k-th name of `NAMES` in every puzzle (for tiny models, which then
+    need not learn to copy names and can spend their capacity on the logic).
+    """
     rng = random.Random(f"kk-text|{seed}|{split}|{puzzle.people}|{index}")
-    names = pick_names(rng, puzzle.people)
+    names = list(NAMES[: puzzle.people]) if fixed_names else pick_names(rng, puzzle.people)
     quiz = render_quiz(puzzle.statements, names, rng, roles)
     solution_text = render_solution(names, puzzle.solution, roles)
+    shown = render_terse(puzzle.statements, names, roles) if template == "terse" else quiz
     return {
         "id": f"kk-{puzzle.people}p-{split}-{index:05d}",
         "people": puzzle.people,
@@ -54,7 +65,7 @@ def puzzle_record(
         "solution": puzzle.solution,
         "solution_text": solution_text,
         "quiz": quiz,
-        "prompt": render_prompt(quiz, puzzle.people, template, roles),
+        "prompt": render_prompt(shown, puzzle.people, template, roles),
         "roles": list(roles),
         "data_source": f"kk_logic{puzzle.people}",
         "ability": "logic",
@@ -80,6 +91,7 @@ def kk_records(
     width: int = 2,
     roles: Roles = DEFAULT_ROLES,
     test_people: str | int | Iterable[int] | None = None,
+    fixed_names: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Return {"train": rows, "test": rows}: `train` puzzles per size in `people` and `test` per size in
     `test_people` (default: `people`). Per size, both splits come from one stream and never overlap."""
@@ -91,7 +103,9 @@ def kk_records(
         counts = (train if size in train_sizes else 0, test if size in test_sizes else 0)
         splits = generate_splits(size, *counts, seed, depth, width)
         for split, puzzles in zip(SPLITS, splits, strict=True):
-            records[split] += [puzzle_record(p, split, i, seed, template, roles) for i, p in enumerate(puzzles)]
+            records[split] += [
+                puzzle_record(p, split, i, seed, template, roles, fixed_names) for i, p in enumerate(puzzles)
+            ]
     return records
 
 

@@ -11,7 +11,9 @@ any machine and Python version.
 
 from __future__ import annotations
 
+import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lopti.tasks.kk.logic import Statement, canonical_key, consistent_assignments
@@ -19,6 +21,7 @@ from lopti.tasks.kk.logic import Statement, canonical_key, consistent_assignment
 MIN_PEOPLE = 2
 MAX_PEOPLE = 12
 KINDS = ("atom", "not", "and", "or", "->", "<=>")
+TEST_BYTE_LIMIT = 52  # first hash byte below this: 52/256 ≈ 20% of forms are test-only
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,10 @@ def generate_puzzles(
     width: int = 2,
     exclude: set[str] | frozenset[str] = frozenset(),
     max_attempts: int | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> list[Puzzle]:
-    """Return `count` distinct puzzles with a unique solution; none whose canonical key is in `exclude`.
+    """Return `count` distinct puzzles with a unique solution; none whose canonical key is in `exclude`,
+    and only those whose key passes `keep` when given.
 
     Raises a ValueError saying how many were found when `max_attempts` samples (default 200 per puzzle)
     cannot yield enough, which happens for tiny sizes where few distinct puzzles exist.
@@ -98,12 +103,26 @@ def generate_puzzles(
         if table.bit_count() != 1:
             continue
         key = canonical_key(statements)
-        if key in seen:
+        if key in seen or (keep is not None and not keep(key)):
             continue
         seen.add(key)
         index = table.bit_length() - 1
         puzzles.append(Puzzle(statements, [bool(index >> j & 1) for j in range(people)]))
     return puzzles
+
+
+def is_test_form(key: str) -> bool:
+    """Return True for the fixed ~20% of canonical forms reserved for test splits.
+
+    Train puzzles are drawn only from the other forms, so no training data made with any seed (an SFT
+    warm start, an RL prompt set) can contain a puzzle of any test split.
+    """
+    return hashlib.sha256(key.encode()).digest()[0] < TEST_BYTE_LIMIT
+
+
+def is_train_form(key: str) -> bool:
+    """Return True for the canonical forms that training data may use."""
+    return not is_test_form(key)
 
 
 def generate_splits(
@@ -114,10 +133,10 @@ def generate_splits(
     depth: int = 2,
     width: int = 2,
 ) -> tuple[list[Puzzle], list[Puzzle]]:
-    """Return (train, test) puzzles of one size that never share a canonical form.
+    """Return (train, test) puzzles of one size, from disjoint sets of canonical forms (`is_test_form`).
 
-    Both come from one stream, test first; the stream does not depend on the count, so growing `train`
-    never changes `test`.
+    Each split has its own stream, so growing `train` never changes `test`.
     """
-    puzzles = generate_puzzles(test + train, people, seed, depth, width)
-    return puzzles[test:], puzzles[:test]
+    test_puzzles = generate_puzzles(test, people, f"{seed}|test", depth, width, keep=is_test_form)
+    train_puzzles = generate_puzzles(train, people, f"{seed}|train", depth, width, keep=is_train_form)
+    return train_puzzles, test_puzzles

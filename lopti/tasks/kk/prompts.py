@@ -1,17 +1,18 @@
 """Prompt templates for K&K (PAPER.md §6): how a quiz is put to a model.
 
-Each template returns chat messages. Raw-text templates (`chatml-think`, `plain-think`, `compact`) render
-the whole prompt themselves and return it as a single user message, the Logic-RL/verl convention; the
-trainer feeds that text to the model verbatim. `chat` returns system + user turns for the tokenizer's
-own chat template.
+Each template returns chat messages. Raw-text templates (`chatml-think`, `plain-think`, `compact`,
+`terse`) render the whole prompt themselves and return it as a single user message, the Logic-RL/verl
+convention; the trainer feeds that text to the model verbatim. `terse` shows the short puzzle form of
+`render.render_terse` with no instruction, for tiny models on a CPU (about half the tokens of
+`compact`). `chat` returns system + user turns for the tokenizer's own chat template.
 """
 
 from __future__ import annotations
 
 from lopti.tasks.kk.render import DEFAULT_ROLES, Roles
 
-TEMPLATES = ("chatml-think", "plain-think", "compact", "chat")
-RAW_TEMPLATES = ("chatml-think", "plain-think", "compact")
+TEMPLATES = ("chatml-think", "plain-think", "compact", "terse", "chat")
+RAW_TEMPLATES = ("chatml-think", "plain-think", "compact", "terse")
 THINK_PREFILL = "<think>"
 
 
@@ -35,6 +36,8 @@ def render_prompt(quiz: str, people: int, template: str = "chatml-think", roles:
         text = f"{instruction(people, roles)}\n\nPuzzle: {quiz}\n\nSolution: {THINK_PREFILL}"
     elif template == "compact":
         text = f"{quiz}\nAnswer in <answer> </answer>, one line per person.\n{THINK_PREFILL}"
+    elif template == "terse":  # the caller passes `render.render_terse` text as the quiz
+        text = f"{quiz}\n{THINK_PREFILL}"
     elif template == "chat":
         return [{"role": "system", "content": instruction(people, roles)}, {"role": "user", "content": quiz}]
     else:

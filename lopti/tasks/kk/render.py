@@ -105,3 +105,13 @@ def render_solution(names: list[str], solution: list[bool], roles: Roles = DEFAU
         f"({k}) {name} is a {roles[0] if knight else roles[1]}"
         for k, (name, knight) in enumerate(zip(names, solution, strict=True), start=1)
     )
+
+
+def render_terse(statements: list[Statement], names: list[str], roles: Roles = DEFAULT_ROLES) -> str:
+    """Return a short form of the puzzle for tiny models: one numbered "(k) Name: claim." line per person.
+
+    The numbering matches the answer lines "(k) Name is a ...", so a small model can copy each name
+    from the line with the same number instead of counting through a list.
+    """
+    claims = "\n".join(f"({i + 1}) {names[i]}: {render_statement(s, names, roles)}." for i, s in enumerate(statements))
+    return f"{roles[0].capitalize()}s tell the truth, {roles[1]}s lie.\n{claims}"

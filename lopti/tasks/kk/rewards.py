@@ -147,21 +147,41 @@ def _prefill_of(prompt: Any) -> str:
     return THINK_PREFILL if isinstance(prompt, str) and prompt.rstrip().endswith(THINK_PREFILL) else ""
 
 
-def make_reward(name: str) -> Callable[..., list[float]]:
+def ended_properly(ids: list[int], eos_token_id: int, pad_token_id: int | None) -> bool:
+    """Return True iff the completion stopped on its end-of-sequence token and never wrote padding.
+
+    TRL decodes completions without special tokens, so a model that pads or runs out of tokens instead
+    of ending looks fine as text; only the ids tell.
+    """
+    return (
+        bool(ids)
+        and ids[-1] == eos_token_id
+        and (pad_token_id is None or pad_token_id == eos_token_id or pad_token_id not in ids)
+    )
+
+
+def make_reward(
+    name: str, eos_token_id: int | None = None, pad_token_id: int | None = None
+) -> Callable[..., list[float]]:
     """Return a reward function with TRL's `reward_funcs` signature for scorer `name`.
 
     It reads the dataset columns `names` and `solution` (and `roles` if present), and puts the prompt's
-    pre-filled "<think>" back in front of each completion before scoring.
+    pre-filled "<think>" back in front of each completion before scoring. With `eos_token_id`, a
+    completion that did not end on it (truncated, or padded) scores as a format failure.
     """
     if name not in SCORERS:
         raise ValueError(f"unknown K&K reward {name!r}; choose one of {', '.join(SCORERS)}")
     scorer = SCORERS[name]
+    failure = scorer("", [""], [True])
 
     def reward(prompts: list, completions: list, names: list, solution: list, **kwargs: Any) -> list[float]:
         roles = kwargs.get("roles") or [DEFAULT_ROLES] * len(completions)
+        ids = kwargs.get("completion_ids") or [None] * len(completions)
         return [
-            scorer(_prefill_of(p) + _completion_text(c), n, s, tuple(r))
-            for p, c, n, s, r in zip(prompts, completions, names, solution, roles, strict=True)
+            failure
+            if eos_token_id is not None and i is not None and not ended_properly(i, eos_token_id, pad_token_id)
+            else scorer(_prefill_of(p) + _completion_text(c), n, s, tuple(r))
+            for p, c, n, s, r, i in zip(prompts, completions, names, solution, roles, ids, strict=True)
         ]
 
     reward.__name__ = f"kk_{name}"

@@ -82,3 +82,10 @@ def test_read_jsonl_names_file_and_row(tmp_path):
         read_jsonl(path)
     with pytest.raises(FileNotFoundError, match="no K&K data file"):
         read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_fixed_names_give_person_k_the_kth_name():
+    rows = kk_records("3-4", train=5, test=2, seed=0, template="terse", fixed_names=True)["train"]
+    for row in rows:
+        assert row["names"] == ["Aaron", "Abigail", "Adam", "Alice"][: row["people"]]
+        assert row["prompt"][0]["content"].count("\n(") == row["people"]

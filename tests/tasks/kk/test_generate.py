@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lopti.tasks.kk.generate import KINDS, generate_puzzles, generate_splits, sample_statement
+from lopti.tasks.kk.generate import KINDS, generate_puzzles, generate_splits, is_test_form, sample_statement
 from lopti.tasks.kk.logic import ATOMS, solve
 from lopti.tasks.kk.render import NAMES, SAYINGS, pick_names, render_quiz, render_solution
 
@@ -62,10 +62,18 @@ def test_deterministic_and_seed_dependent():
 def test_splits_never_share_a_canonical_form_and_test_is_stable():
     train, test = generate_splits(3, 300, 100, seed=1)
     assert len(train) == 300 and len(test) == 100
-    assert not {p.key for p in train} & {p.key for p in test}
+    assert all(is_test_form(p.key) for p in test) and not any(is_test_form(p.key) for p in train)
     assert len({p.key for p in train + test}) == 400
     _, test_again = generate_splits(3, 50, 100, seed=1)
     assert test_again == test
+    # training data from any other seed never holds a test puzzle of this one
+    other_train, _ = generate_splits(3, 2000, 0, seed="sft")
+    assert not {p.key for p in other_train} & {p.key for p in test}
+
+
+def test_test_forms_are_about_a_fifth():
+    keys = [p.key for p in generate_puzzles(3000, 4, seed=3)]
+    assert 0.17 < sum(map(is_test_form, keys)) / len(keys) < 0.23
 
 
 def test_width_and_depth_are_configurable():

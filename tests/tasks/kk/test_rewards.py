@@ -117,3 +117,12 @@ def test_verl_hook_reads_both_ground_truth_schemas():
     assert compute_score("kk_logic3", response, logic_rl) == 3.0
     assert compute_score("kk_logic3", "<think>" + response, ours, {"prefill": ""}) == 3.0
     assert compute_score("kk_logic3", response, {}) == -3.0
+
+
+def test_completion_that_did_not_end_on_eos_fails():
+    reward = make_reward("strict", eos_token_id=2, pad_token_id=0)
+    completion = "x</think><answer>" + RIGHT + "</answer>"
+    kwargs = dict(prompts=["<think>"] * 3, completions=[completion] * 3, names=[NAMES] * 3, solution=[SOLUTION] * 3)
+    ids = [[5, 6, 2], [5, 6, 7], [5, 0, 0, 2]]  # ended; truncated; padded before ending
+    assert reward(**kwargs, completion_ids=ids) == [3.0, -3.0, -3.0]
+    assert make_reward("partial", eos_token_id=2)(**kwargs, completion_ids=ids)[1] == 0.0

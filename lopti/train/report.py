@@ -1,0 +1,90 @@
+"""report.md for a run: held-out accuracy before and after RL, and the training curves as PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Return the lines of a metrics.jsonl file (empty if there is none)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], title: str) -> Path | None:
+    """Plot each metric key (label → key) against the step, with a moving average; return the PNG path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.4), squeeze=False)
+    drawn = False
+    for axis, (label, key) in zip(axes[0], keys.items(), strict=True):
+        points = [(m["step"], m[key]) for m in metrics if key in m]
+        if not points:
+            axis.set_visible(False)
+            continue
+        steps, values = zip(*points, strict=True)
+        window = max(1, len(values) // 10)
+        smooth = [
+            sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+            for i in range(len(values))
+        ]
+        axis.plot(steps, values, alpha=0.3, label="per step")
+        axis.plot(steps, smooth, label=f"moving mean ({window})")
+        axis.set_xlabel("optimizer step")
+        axis.set_title(label)
+        axis.legend(fontsize=8)
+        drawn = True
+    figure.suptitle(title)
+    figure.tight_layout()
+    if drawn:
+        figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out if drawn else None
+
+
+def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Return a markdown table of held-out accuracy per number of people, before and after."""
+    lines = [
+        "| people | puzzles | accuracy before | accuracy after | change | format errors after |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = [*after["per_people"].items(), ("all", after["overall"])]
+    for size, stats in rows:
+        old = before["per_people"][size] if size != "all" else before["overall"]
+        change = 100 * (stats["accuracy"] - old["accuracy"])
+        lines.append(
+            f"| {size} | {stats['n']} | {100 * old['accuracy']:.1f}% | {100 * stats['accuracy']:.1f}% | "
+            f"{change:+.1f} pts | {100 * stats['format_error']:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], seconds: dict[str, float]) -> Path:
+    """Write report.md (and its PNG curves) in `run_dir`; return its path."""
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    reward_keys = {
+        k: k for k in sorted({k for m in metrics for k in m}) if k.startswith("rewards/") and k.endswith("/mean")
+    }
+    curves = plot_curves(metrics, run_dir / "curves.png", reward_keys, "training rewards (per generated batch)")
+    timing = " · ".join(f"{name} {value:.0f} s" for name, value in seconds.items())
+    parts = [
+        f"# Run report: {run_dir.name}",
+        "",
+        f"Wall time: {sum(seconds.values()):.0f} s ({timing}).",
+        "",
+        f"## Held-out accuracy (greedy decoding, {after['overall']['n']} puzzles never seen in training)",
+        "",
+        eval_table(before, after),
+        "",
+    ]
+    if curves:
+        parts += ["## Training curves", "", f"![training rewards]({curves.name})", ""]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(parts))
+    return path

@@ -1,0 +1,84 @@
+"""Warm start: a short supervised stage (TRL's SFTTrainer) that teaches a model the K&K answer format.
+
+RL needs a policy that sometimes gets puzzles right: pass@8 well above pass@1 is what gives groups a
+reward spread. The SFT targets give the answer directly after an empty think block; puzzles come only
+from training forms (`is_train_form`), so no held-out test puzzle is ever seen here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lopti.tasks.kk.data import kk_records
+from lopti.tasks.kk.prompts import trainer_prompt
+
+
+@dataclass
+class WarmStartConfig:
+    """The SFT stage: data, optimisation and its cost."""
+
+    people: str = "3-4"
+    puzzles_per_size: int = 4500
+    template: str = "terse"
+    fixed_names: bool = True
+    seed: str = "warm-start"
+    epochs: float = 1.0
+    learning_rate: float = 2e-3
+    batch_size: int = 32
+    warmup_ratio: float = 0.05
+
+
+def sft_dataset(config: WarmStartConfig):
+    """Return a prompt/completion 🤗 dataset: the prompt ends in "<think>", the completion closes it and answers."""
+    from datasets import Dataset
+
+    records = kk_records(
+        config.people, train=config.puzzles_per_size, test=0, seed=config.seed, template=config.template,
+        fixed_names=config.fixed_names,
+    )["train"]
+    return Dataset.from_list(
+        [
+            {
+                "prompt": trainer_prompt(r["prompt"], config.template),
+                "completion": f"</think>\n<answer>\n{r['solution_text']}\n</answer>",
+            }
+            for r in records
+        ]
+    ).shuffle(seed=0)
+
+
+def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None = None) -> Path:
+    """Fine-tune the model at `base` on K&K answers and save it (with its tokenizer) to `out`."""
+    config = config or WarmStartConfig()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    args = SFTConfig(
+        output_dir=str(Path(out) / "sft-work"),
+        num_train_epochs=config.epochs,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.batch_size,
+        warmup_steps=config.warmup_ratio,
+        lr_scheduler_type="cosine",
+        weight_decay=0.01,
+        logging_steps=25,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        completion_only_loss=True,
+        disable_tqdm=False,
+    )
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(base),
+        args=args,
+        train_dataset=sft_dataset(config),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    return Path(out)

@@ -1,0 +1,69 @@
+"""The embedded-model cache: built once, reused, rebuilt when partial or corrupt, clear when unwritable."""
+
+import pytest
+
+from lopti.train import embedded
+
+
+def fake_builder(calls):
+    def build(folder):
+        calls.append(folder)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"weights" * 100)
+
+    return build
+
+
+def test_built_once_then_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
+    calls = []
+    first = embedded.cached("m", fake_builder(calls))
+    second = embedded.cached("m", fake_builder(calls))
+    assert first == second and len(calls) == 1
+    assert embedded.is_complete(first)
+    assert not any(p.name.startswith(".m-") for p in tmp_path.iterdir()), "no staging folder left behind"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "manifest", "missing"])
+def test_corrupt_or_partial_entry_is_rebuilt(tmp_path, monkeypatch, damage):
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
+    calls = []
+    folder = embedded.cached("m", fake_builder(calls))
+    weights = folder / "model.safetensors"
+    if damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:10])
+    elif damage == "flip":
+        weights.write_bytes(b"X" + weights.read_bytes()[1:])
+    elif damage == "manifest":
+        (folder / embedded.MANIFEST).unlink()
+    else:
+        weights.unlink()
+    assert not embedded.is_complete(folder)
+    assert embedded.cached("m", fake_builder(calls)) == folder
+    assert len(calls) == 2 and embedded.is_complete(folder)
+
+
+def test_failed_build_leaves_nothing_usable(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
+
+    def broken(folder):
+        (folder / "config.json").write_text("{}")
+        raise RuntimeError("killed mid-build")
+
+    with pytest.raises(RuntimeError):
+        embedded.cached("m", broken)
+    assert not (tmp_path / f"m-v{embedded.BUILD_VERSION}").exists()
+    assert not any(p.name.startswith(".m-") for p in tmp_path.iterdir())
+
+
+def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LOPTI_CACHE", str(blocker / "cache"))
+    with pytest.raises(PermissionError, match=r"is not writable.*set LOPTI_CACHE"):
+        embedded.cache_root()
+
+
+def test_unknown_embedded_name():
+    with pytest.raises(ValueError, match="unknown embedded model 'huge'"):
+        embedded.embedded_model_path("huge")
