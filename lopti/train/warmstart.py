@@ -34,7 +34,11 @@ def sft_dataset(config: WarmStartConfig):
     from datasets import Dataset
 
     records = kk_records(
-        config.people, train=config.puzzles_per_size, test=0, seed=config.seed, template=config.template,
+        config.people,
+        train=config.puzzles_per_size,
+        test=0,
+        seed=config.seed,
+        template=config.template,
         fixed_names=config.fixed_names,
     )["train"]
     return Dataset.from_list(
