@@ -1,4 +1,4 @@
-"""The `lopti` command: `lopti train`, `lopti data kk`."""
+"""The `lopti` command: `lopti train`, `lopti eval`, `lopti data kk|math`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-DEFAULT_RECIPE = Path(__file__).parent / "configs" / "kk-tiny-cpu.yaml"
+RECIPES = Path(__file__).parent / "configs"
+DEFAULT_RECIPES = {"kk": RECIPES / "kk-tiny-cpu.yaml", "math": RECIPES / "math-smollm2-cpu.yaml"}
 
 
 def _data_kk(args: argparse.Namespace) -> None:
@@ -28,14 +29,27 @@ def _data_kk(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def _data_math(args: argparse.Namespace) -> None:
+    from lopti.tasks.math.data import write_math
+
+    written = write_math(
+        args.out, levels=args.levels, train=args.train, test=args.test, seed=args.seed, template=args.template
+    )
+    for path in written.values():
+        print(f"wrote {path}")
+
+
 def _train(args: argparse.Namespace) -> None:
     import time
 
     from lopti.train.run import train
     from lopti.train.settings import parse_overrides, resolve, split
 
-    config = Path(args.config) if args.config else DEFAULT_RECIPE
     overrides = parse_overrides(args.overrides)
+    task = str(overrides.get("task", "kk"))
+    if not args.config and task not in DEFAULT_RECIPES:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(DEFAULT_RECIPES)}")
+    config = Path(args.config) if args.config else DEFAULT_RECIPES[task]
     if args.resume:
         overrides["resume"] = True
     settings = resolve(config, overrides, defaults={})
@@ -43,6 +57,40 @@ def _train(args: argparse.Namespace) -> None:
     run, trainer_kwargs = split(settings)
     run_dir = train(run, trainer_kwargs, settings)
     print(f"run folder: {run_dir}")
+
+
+EVAL_FROM_RUN = {  # `lopti eval --config`: RunConfig key -> EvalConfig field
+    "task": "task",
+    "people": "people",
+    "eval_people": "people",
+    "levels": "levels",
+    "template": "template",
+    "fixed_names": "fixed_names",
+    "data_seed": "data_seed",
+    "eval_puzzles": "n",
+    "eval_file": "eval_file",
+    "eval_max_new_tokens": "max_new_tokens",
+}
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from lopti.train.eval_run import EvalConfig, eval_markdown, run_eval
+    from lopti.train.settings import load_yaml
+
+    settings: dict = {}
+    if args.config:
+        recipe = load_yaml(args.config)
+        for key, field in EVAL_FROM_RUN.items():
+            if recipe.get(key) is not None:
+                settings[field] = recipe[key]
+    flags = {k: v for k, v in vars(args).items() if k in EvalConfig.__dataclass_fields__ and v is not None}
+    config = EvalConfig(**{**settings, **flags})
+    out = args.out or str(
+        Path("evals") / f"{Path(config.model).name}-{config.task}-{config.samples}x-T{config.temperature:g}"
+    )
+    result = run_eval(config, out)
+    print(eval_markdown(result, config))
+    print(f"results folder: {out}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,11 +102,36 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train with GRPO + AR + Lopti (default: tiny model on K&K, CPU)",
         description="Keys come from the YAML recipe, then from --key value pairs (any RunConfig or "
-        "LoptiGRPOConfig field). Without --config the embedded default recipe kk-tiny-cpu.yaml is used.",
+        "LoptiGRPOConfig field). Without --config the task's embedded recipe is used: kk-tiny-cpu.yaml, "
+        "or math-smollm2-cpu.yaml with --task math.",
     )
-    train.add_argument("--config", help="YAML recipe (default: the embedded kk-tiny-cpu.yaml)")
+    train.add_argument("--config", help="YAML recipe (default: the task's embedded CPU recipe)")
     train.add_argument("--resume", action="store_true", help="continue output_dir from its last complete checkpoint")
     train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="held-out accuracy per K&K size or math level: greedy or sampled, pass@k, format errors",
+        description="Settings come from --config (a recipe or a run folder's config.yaml: task, people, "
+        "template, ...), then from the flags. Resumable: rerun the same command to finish an interrupted run.",
+    )
+    evaluate.add_argument("--model", required=True, help="embedded name, 🤗 folder (e.g. runs/X/final) or hub id")
+    evaluate.add_argument("--config", help="take task settings from this recipe or run config.yaml")
+    evaluate.add_argument("--task", help="kk or math (default kk)")
+    evaluate.add_argument("--people", help="K&K sizes: 5, 2-8 or 2,4,6 (default 3-7)")
+    evaluate.add_argument("--levels", help="math levels 1-5 (default 1-3)")
+    evaluate.add_argument("--eval_file", help="math: evaluate on this file instead of generated problems")
+    evaluate.add_argument("--n", type=int, help="held-out prompts per size or level (default 100)")
+    evaluate.add_argument("--samples", type=int, help="samples per prompt (default 1)")
+    evaluate.add_argument("--temperature", type=float, help="0 = greedy (default 0)")
+    evaluate.add_argument("--max_new_tokens", type=int, help="answer budget in tokens (default 512)")
+    evaluate.add_argument("--template", help="prompt template (default: kk chatml-think, math chat)")
+    evaluate.add_argument("--fixed_names", type=lambda t: t.lower() in ("1", "true", "yes"), help="K&K: true/false")
+    evaluate.add_argument("--data_seed", type=int, help="seed of the generated held-out set (default 0)")
+    evaluate.add_argument("--batch_size", type=int, help="prompts per generate call (default 64)")
+    evaluate.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    evaluate.add_argument("--out", help="results folder (default evals/MODEL-TASK-Kx-TT)")
+    evaluate.set_defaults(run=_eval)
 
     data = commands.add_parser("data", help="generate task data")
     tasks = data.add_subparsers(dest="task", required=True)
@@ -72,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     kk.add_argument("--width", type=int, default=2, help="maximum operands of and/or (default 2)")
     kk.add_argument("--out", required=True, help="output folder")
     kk.set_defaults(run=_data_kk)
+    math = tasks.add_parser("math", help="generated math word problems as JSONL and Parquet (verl schema)")
+    math.add_argument("--levels", default="1-3", help="levels 1-5: 2, 1-3 or 1,3,5 (default 1-3)")
+    math.add_argument("--train", type=int, default=1000, help="train problems per level (default 1000)")
+    math.add_argument("--test", type=int, default=100, help="test problems per level (default 100)")
+    math.add_argument("--seed", default="0", help="seed; same seed and arguments give identical files")
+    math.add_argument("--template", default="chat", help="raw or chat (default chat)")
+    math.add_argument("--out", required=True, help="output folder")
+    math.set_defaults(run=_data_math)
     return parser
 
 

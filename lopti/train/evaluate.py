@@ -1,15 +1,16 @@
-"""Held-out K&K evaluation with 🤗 generate: accuracy per number of people, pass@k, format errors."""
+"""Held-out evaluation with 🤗 generate: accuracy per group (people, level), pass@k, format errors, length."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from lopti.tasks.completions import ended_properly
 from lopti.tasks.kk.prompts import THINK_PREFILL
-from lopti.tasks.kk.rewards import accuracy, ended_properly, strict_answer
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -64,42 +65,77 @@ def prompt_text(prompt: str | list[dict], tokenizer) -> str:
     )
 
 
-def evaluate_kk(
+def judge_rows(
     model,
     tokenizer,
     rows: list[dict[str, Any]],
+    judge: Callable[[str, dict], tuple[bool, bool]],
+    group: str,
+    samples: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = 64,
+    batch_size: int = 64,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Return one record per row: its id, its `group` value, and per sample: correct, well formed, length.
+
+    `judge(text, row)` says whether an answer is (correct, well formed); the text includes the prompt's
+    pre-filled "<think>". A completion that did not end on its end-of-sequence token is neither.
+    """
+    texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
+    completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed)
+    records = []
+    for row, text_in, outs in zip(rows, texts, completions, strict=True):
+        prefill = THINK_PREFILL if text_in.rstrip().endswith(THINK_PREFILL) else ""
+        record = {"id": row.get("id"), "group": row[group], "correct": [], "well_formed": [], "length": []}
+        for text, ids in outs:
+            ended = ended_properly(ids, tokenizer.eos_token_id, tokenizer.pad_token_id)
+            right, well_formed = judge(prefill + text, row) if ended else (False, False)
+            record["correct"].append(right)
+            record["well_formed"].append(well_formed)
+            record["length"].append(len(ids))
+        records.append(record)
+    return records
+
+
+def summarise(records: list[dict[str, Any]], group: str, samples: int, temperature: float) -> dict[str, Any]:
+    """Return metrics per group value and overall from `judge_rows` records.
+
+    accuracy = mean over samples (avg@k); pass@k for k = 1 and `samples` (unbiased); format_error = share
+    of samples that are not well formed; length = mean completion tokens.
+    """
+    per_group: dict[Any, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        stats, correct = per_group[record["group"]], record["correct"]
+        stats["accuracy"].append(sum(correct) / len(correct))
+        for k in sorted({1, samples}):
+            stats[f"pass@{k}"].append(pass_at_k(len(correct), sum(correct), k))
+        stats["format_error"] += [float(not ok) for ok in record["well_formed"]]
+        stats["length"] += [float(n) for n in record["length"]]
+    table = {
+        str(key): {name: sum(v) / len(v) for name, v in stats.items()} | {"n": len(stats["accuracy"])}
+        for key, stats in sorted(per_group.items())
+    }
+    everything = defaultdict(list)
+    for stats in per_group.values():
+        for name, values in stats.items():
+            everything[name] += values
+    overall = {name: sum(v) / len(v) for name, v in everything.items()} | {"n": len(records)}
+    return {"group": group, "per_group": table, "overall": overall, "samples": samples, "temperature": temperature}
+
+
+def evaluate_rows(
+    model,
+    tokenizer,
+    rows: list[dict[str, Any]],
+    judge: Callable[[str, dict], tuple[bool, bool]],
+    group: str,
     samples: int = 1,
     temperature: float = 0.0,
     max_new_tokens: int = 64,
     batch_size: int = 64,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Return per-size and overall metrics for K&K rows (with `prompt`, `names`, `solution`, `people`).
-
-    accuracy = mean over samples of exact correctness (strict parse); pass@k for k = 1 and `samples`;
-    format_error = share of samples with a bad tag structure or no proper end; length = mean tokens.
-    """
-    texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
-    completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed)
-    per_size: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row, text_in, outs in zip(rows, texts, completions, strict=True):
-        prefill = THINK_PREFILL if text_in.rstrip().endswith(THINK_PREFILL) else ""
-        correct = []
-        for text, ids in outs:
-            ended = ended_properly(ids, tokenizer.eos_token_id, tokenizer.pad_token_id)
-            correct.append(ended and accuracy(prefill + text, row["names"], row["solution"]) == 1.0)
-            stats = per_size[row["people"]]
-            stats["format_error"].append(float(not ended or strict_answer(prefill + text) is None))
-            stats["length"].append(float(len(ids)))
-        stats["accuracy"].append(sum(correct) / len(correct))
-        stats[f"pass@{samples}"].append(pass_at_k(len(correct), sum(correct), samples))
-    table = {
-        size: {name: sum(v) / len(v) for name, v in stats.items()} | {"n": len(stats["accuracy"])}
-        for size, stats in sorted(per_size.items())
-    }
-    everything = defaultdict(list)
-    for stats in per_size.values():
-        for name, values in stats.items():
-            everything[name] += values
-    overall = {name: sum(v) / len(v) for name, v in everything.items()} | {"n": len(rows)}
-    return {"per_people": table, "overall": overall, "samples": samples, "temperature": temperature}
+    """Return metrics per value of `group` (e.g. people, level) and overall: `summarise` of `judge_rows`."""
+    records = judge_rows(model, tokenizer, rows, judge, group, samples, temperature, max_new_tokens, batch_size, seed)
+    return summarise(records, group, samples, temperature)

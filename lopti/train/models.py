@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 EMBEDDED_MODELS = ("tiny", "tiny-base", "smollm2-135m")
+# Without one of these, transformers 5 silently builds an empty tokenizer from config.json alone.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
 def resolve_model(name_or_path: str) -> str:
@@ -35,6 +37,9 @@ def load_tokenizer(name_or_path: str):
     """Return the tokenizer of a model, with a pad token, or raise a ValueError naming the model."""
     from transformers import AutoTokenizer
 
+    folder = Path(name_or_path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"model folder {folder} has no tokenizer ({' or '.join(TOKENIZER_FILES)}); save one there")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:

@@ -49,14 +49,14 @@ def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], 
 
 
 def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """Return a markdown table of held-out accuracy per number of people, before and after."""
+    """Return a markdown table of held-out accuracy per group (people, level), before and after."""
     lines = [
-        "| people | puzzles | accuracy before | accuracy after | change | format errors after |",
+        f"| {after['group']} | prompts | accuracy before | accuracy after | change | format errors after |",
         "|---|---|---|---|---|---|",
     ]
-    rows = [*after["per_people"].items(), ("all", after["overall"])]
+    rows = [*after["per_group"].items(), ("all", after["overall"])]
     for size, stats in rows:
-        old = before["per_people"][size] if size != "all" else before["overall"]
+        old = before["per_group"][size] if size != "all" else before["overall"]
         change = 100 * (stats["accuracy"] - old["accuracy"])
         lines.append(
             f"| {size} | {stats['n']} | {100 * old['accuracy']:.1f}% | {100 * stats['accuracy']:.1f}% | "
@@ -78,7 +78,7 @@ def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], s
         "",
         f"Wall time: {sum(seconds.values()):.0f} s ({timing}).",
         "",
-        f"## Held-out accuracy (greedy decoding, {after['overall']['n']} puzzles never seen in training)",
+        f"## Held-out accuracy (greedy decoding, {after['overall']['n']} prompts never seen in training)",
         "",
         eval_table(before, after),
         "",

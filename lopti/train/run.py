@@ -15,18 +15,14 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
-from lopti.tasks.kk.data import kk_records
-from lopti.tasks.kk.prompts import trainer_prompt
-from lopti.tasks.kk.rewards import make_reward
 from lopti.train.checkpoints import last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.evaluate import evaluate_kk
+from lopti.train.evaluate import evaluate_rows
 from lopti.train.models import load_model, load_tokenizer, resolve_model
 from lopti.train.report import write_report
 from lopti.train.settings import RunConfig
+from lopti.train.tasks import get_task
 from lopti.train.trainer import LoptiGRPOTrainer
-
-TASKS = ("kk",)
 
 
 class MetricsLog(TrainerCallback):
@@ -48,43 +44,30 @@ def drop_metrics_after(path: Path, step: int) -> None:
         path.write_text("".join(line + "\n" for line in kept))
 
 
-def kk_datasets(run: RunConfig):
-    """Return (train, eval) 🤗 datasets of K&K prompts in the trainer's prompt format."""
+def task_datasets(run: RunConfig):
+    """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
     from datasets import Dataset
 
-    records = kk_records(
-        people=run.people,
-        train=run.train_puzzles,
-        test=run.eval_puzzles,
-        seed=run.data_seed,
-        template=run.template,
-        test_people=run.eval_people,
-        fixed_names=run.fixed_names,
-    )
-
-    def as_dataset(rows: list[dict[str, Any]]) -> Dataset:
-        keep = ("id", "people", "names", "solution", "roles")
-        return Dataset.from_list(
-            [{"prompt": trainer_prompt(r["prompt"], run.template), **{k: r[k] for k in keep}} for r in rows]
-        )
-
-    return as_dataset(records["train"]), as_dataset(records["test"])
+    train_rows, eval_rows = get_task(run.task).rows(run)
+    return Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
 
 
 def task_rewards(run: RunConfig, weights: list[float] | None, tokenizer=None) -> tuple[list, list[float]]:
-    """Return the reward functions and their weights; accuracy is always logged, with weight 0.
+    """Return the reward functions and their weights; the task's accuracy is always logged, with weight 0.
 
     With a tokenizer, a completion that did not end on its end-of-sequence token earns no reward.
     """
-    if run.task not in TASKS:
-        raise ValueError(f"unknown task {run.task!r}; choose one of {', '.join(TASKS)}")
+    task = get_task(run.task)
+    unknown = [name for name in run.rewards if name not in task.rewards]
+    if unknown:
+        raise ValueError(f"unknown {task.name} reward(s) {', '.join(unknown)}; choose from {', '.join(task.rewards)}")
     if weights is not None and len(weights) != len(run.rewards):
         raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(run.rewards)}")
     ids = {} if tokenizer is None else dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    funcs = [make_reward(name, **ids) for name in run.rewards]
+    funcs = [task.make_reward(name, **ids) for name in run.rewards]
     weights = list(weights) if weights is not None else [1.0] * len(funcs)
-    if "accuracy" not in run.rewards:
-        funcs.append(make_reward("accuracy", **ids))
+    if task.accuracy_reward not in run.rewards:
+        funcs.append(task.make_reward(task.accuracy_reward, **ids))
         weights.append(0.0)
     return funcs, weights
 
@@ -107,7 +90,7 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
     weights = trainer_kwargs.pop("reward_weights", None)
     task_rewards(run, weights)  # check names and weights before anything is loaded
     args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
-    train, evaluation = kk_datasets(run)
+    train, evaluation = task_datasets(run)
     model_path = resolve_model(run.model)  # may build an embedded model: only after every cheap check
     run_dir = Path(args.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -131,10 +114,13 @@ def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds:
     """Evaluate the trainer's model greedily on the run's held-out set; save and return the metrics."""
     started = time.time()
     rows = list(trainer.lopti_eval_rows)
-    result = evaluate_kk(trainer.model, trainer.processing_class, rows, max_new_tokens=run.eval_max_new_tokens)
+    task = get_task(run.task)
+    result = evaluate_rows(
+        trainer.model, trainer.processing_class, rows, task.judge, task.group, max_new_tokens=run.eval_max_new_tokens
+    )
     out.write_text(json.dumps(result, indent=1))
     seconds[label] = time.time() - started
-    print(f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% on {len(rows)} puzzles")
+    print(f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% on {len(rows)} prompts")
     return result
 
 

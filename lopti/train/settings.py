@@ -27,13 +27,18 @@ class RunConfig:
     task: str = field(default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves) or 'math'."})
     rewards: list[str] = field(
         default_factory=lambda: ["logic_rl"],
-        metadata={"help": "Reward functions of the task (kk: logic_rl, strict, partial, accuracy)."},
+        metadata={"help": "Reward functions (kk: logic_rl, strict, partial, accuracy; math: math, math_format)."},
     )
     template: str = field(default="chatml-think", metadata={"help": "Prompt template of the task."})
     people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})
-    train_puzzles: int = field(default=900, metadata={"help": "Training puzzles per size."})
+    levels: str = field(default="1-3", metadata={"help": "Math: levels of the generated problems, 1-5."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "Math: training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
+    )
+    eval_file: str | None = field(default=None, metadata={"help": "Math: held-out file, same formats."})
+    train_puzzles: int = field(default=900, metadata={"help": "Generated training prompts per K&K size / math level."})
     eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on (default: people)."})
-    eval_puzzles: int = field(default=100, metadata={"help": "Held-out puzzles per size."})
+    eval_puzzles: int = field(default=100, metadata={"help": "Generated held-out prompts per K&K size / math level."})
     data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
     fixed_names: bool = field(
         default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}

@@ -109,6 +109,6 @@ def test_lora_run_saves_an_adapter(settings):
 def test_evaluate_before_and_after_writes_a_report(settings):
     run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2})
     before = json.loads((run_dir / "eval_before.json").read_text())
-    assert before["overall"]["n"] == 4 and set(before["per_people"]) == {"3"}
+    assert before["overall"]["n"] == 4 and before["group"] == "people" and set(before["per_group"]) == {"3"}
     report = (run_dir / "report.md").read_text()
     assert "| 3 | 4 |" in report and "accuracy before" in report and "Wall time" in report

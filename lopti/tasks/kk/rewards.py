@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from lopti.tasks.completions import completion_text, ended_properly
 from lopti.tasks.kk.prompts import THINK_PREFILL
 from lopti.tasks.kk.render import DEFAULT_ROLES, Roles
 
@@ -133,31 +134,11 @@ SCORERS: dict[str, Callable[..., float]] = {
 }
 
 
-def _completion_text(completion: Any) -> str:
-    """Return the text of a TRL completion: a string, or a list of messages (conversational)."""
-    if isinstance(completion, list):
-        return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
-    return str(completion)
-
-
 def _prefill_of(prompt: Any) -> str:
     """Return the "<think>" that the prompt pre-filled in the assistant turn, or ""."""
     if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
         prompt = prompt[-1].get("content", "") if prompt[-1].get("role") == "assistant" else ""
     return THINK_PREFILL if isinstance(prompt, str) and prompt.rstrip().endswith(THINK_PREFILL) else ""
-
-
-def ended_properly(ids: list[int], eos_token_id: int, pad_token_id: int | None) -> bool:
-    """Return True iff the completion stopped on its end-of-sequence token and never wrote padding.
-
-    TRL decodes completions without special tokens, so a model that pads or runs out of tokens instead
-    of ending looks fine as text; only the ids tell.
-    """
-    return (
-        bool(ids)
-        and ids[-1] == eos_token_id
-        and (pad_token_id is None or pad_token_id == eos_token_id or pad_token_id not in ids)
-    )
 
 
 def make_reward(
@@ -180,7 +161,7 @@ def make_reward(
         return [
             failure
             if eos_token_id is not None and i is not None and not ended_properly(i, eos_token_id, pad_token_id)
-            else scorer(_prefill_of(p) + _completion_text(c), n, s, tuple(r))
+            else scorer(_prefill_of(p) + completion_text(c), n, s, tuple(r))
             for p, c, n, s, r, i in zip(prompts, completions, names, solution, roles, ids, strict=True)
         ]
 

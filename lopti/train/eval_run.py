@@ -1,0 +1,151 @@
+"""`lopti eval`: evaluate a model on a task's held-out set, resumably, into a results folder.
+
+The folder holds settings.json (what was evaluated), records.jsonl (one line per finished prompt, appended
+chunk by chunk, so an interrupted evaluation continues where it stopped), eval.json (all metrics) and
+eval.md (the table). A folder left by different settings is refused, never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from lopti.train.evaluate import judge_rows, summarise
+from lopti.train.models import load_model, load_tokenizer, resolve_model
+from lopti.train.settings import RunConfig
+from lopti.train.tasks import get_task
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate and how to decode."""
+
+    model: str
+    task: str = "kk"
+    people: str = "3-7"
+    levels: str = "1-3"
+    n: int = 100  # held-out prompts per K&K size / math level
+    eval_file: str | None = None
+    template: str | None = None  # None: the task's default (kk chatml-think, math chat)
+    fixed_names: bool = False
+    data_seed: int = 0
+    samples: int = 1
+    temperature: float = 0.0
+    max_new_tokens: int = 512
+    batch_size: int = 64
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise a ValueError naming the first bad setting."""
+        if self.samples < 1 or self.n < 1:
+            raise ValueError(f"samples and n must be at least 1, got samples={self.samples}, n={self.n}")
+        if self.samples > 1 and self.temperature <= 0:
+            raise ValueError(f"samples={self.samples} needs a temperature above 0 (greedy samples are all equal)")
+
+
+def held_out_rows(config: EvalConfig) -> list[dict[str, Any]]:
+    """Return the held-out rows of the task, exactly as `lopti train` builds its evaluation set."""
+    run = RunConfig(
+        task=config.task,
+        people=config.people,
+        levels=config.levels,
+        template=config.template or get_task(config.task).default_template,
+        fixed_names=config.fixed_names,
+        data_seed=config.data_seed,
+        eval_puzzles=config.n,
+        train_puzzles=0,
+        train_file=config.eval_file,
+        eval_file=config.eval_file,
+    )
+    return get_task(config.task).rows(run)[1]
+
+
+def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
+    """Return the results as a markdown table, one line per group and one for all."""
+    greedy = config.samples == 1 and config.temperature == 0
+    decoding = "greedy" if greedy else f"{config.samples} samples at T={config.temperature}"
+    pass_keys = [k for k in result["overall"] if k.startswith("pass@")]
+    head = f"| {result['group']} | prompts | accuracy (avg@{config.samples}) | " + " | ".join(pass_keys)
+    lines = [
+        f"# {config.task} evaluation of {config.model}",
+        "",
+        f"Decoding: {decoding}, at most {config.max_new_tokens} new tokens.",
+        "",
+        head + " | format errors | mean length |",
+        "|---" * (5 + len(pass_keys)) + "|",
+    ]
+    for name, stats in [*result["per_group"].items(), ("all", result["overall"])]:
+        passes = " | ".join(f"{100 * stats[k]:.1f}%" for k in pass_keys)
+        lines.append(
+            f"| {name} | {stats['n']} | {100 * stats['accuracy']:.1f}% | {passes} | "
+            f"{100 * stats['format_error']:.1f}% | {stats['length']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
+    """Return the records already in `out` (none for a new folder); refuse a folder of other settings."""
+    settings_path, records_path = out / "settings.json", out / "records.jsonl"
+    wanted = asdict(config)
+    if settings_path.exists():
+        stored = json.loads(settings_path.read_text())
+        differing = sorted(key for key in set(stored) | set(wanted) if stored.get(key) != wanted.get(key))
+        if differing:
+            details = ", ".join(f"{k}: {stored.get(k)!r} there, {wanted.get(k)!r} now" for k in differing)
+            raise ValueError(f"{out} holds an evaluation with other settings ({details}); choose another --out")
+    elif out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} is not empty and holds no lopti evaluation; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    settings_path.write_text(json.dumps(wanted, indent=1))
+    if not records_path.exists():
+        return []
+    records = []
+    for line in records_path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut short by an interruption: that chunk is redone
+    records_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return records
+
+
+def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str, Any]:
+    """Evaluate (continuing a previous run in `out`), write eval.json and eval.md, return the metrics."""
+    config.check()
+    task = get_task(config.task)
+    rows = held_out_rows(config)  # checks people/levels/template/file before any model is loaded
+    model_path = resolve_model(config.model)
+    tokenizer = load_tokenizer(model_path)
+    out = Path(out)
+    records = _claim_folder(out, config)
+    done = {r["id"] for r in records}
+    todo = [(index, r) for index, r in enumerate(rows) if r["id"] not in done]
+    if todo:
+        model = load_model(model_path)
+        from tqdm.auto import tqdm
+
+        with (out / "records.jsonl").open("a") as handle, tqdm(total=len(rows), initial=len(done), desc="eval") as bar:
+            for start in range(0, len(todo), chunk):
+                part = todo[start : start + chunk]
+                new = judge_rows(
+                    model,
+                    tokenizer,
+                    [row for _, row in part],
+                    task.judge,
+                    task.group,
+                    config.samples,
+                    config.temperature,
+                    config.max_new_tokens,
+                    config.batch_size,
+                    config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
+                )
+                handle.write("".join(json.dumps(r) + "\n" for r in new))
+                handle.flush()
+                records += new
+                bar.update(len(part))
+    result = summarise(records, task.group, config.samples, config.temperature)
+    (out / "eval.json").write_text(json.dumps(result, indent=1))
+    (out / "eval.md").write_text(eval_markdown(result, config))
+    return result

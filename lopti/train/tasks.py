@@ -1,0 +1,104 @@
+"""The tasks `lopti train` and `lopti eval` know: data, reward functions and the evaluation judge of each.
+
+A task turns a RunConfig into (train, held-out) rows whose `prompt` is what the trainer feeds the model,
+names its reward functions, and judges one evaluation answer as (correct, well formed). Evaluation
+breaks results down by `group` (K&K: number of people; math: level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lopti.tasks.kk import rewards as kk_rewards
+from lopti.tasks.kk.data import kk_records
+from lopti.tasks.kk.prompts import trainer_prompt as kk_trainer_prompt
+from lopti.tasks.kk.render import DEFAULT_ROLES
+from lopti.tasks.math import reward as math_reward
+from lopti.tasks.math.data import load_math_rows, math_records, trainer_rows
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: how to build its rows, its rewards, and how to judge an evaluation answer."""
+
+    name: str
+    group: str
+    default_template: str
+    rewards: tuple[str, ...]
+    accuracy_reward: str
+    rows: Callable[[Any], tuple[list[dict], list[dict]]]
+    make_reward: Callable[..., Callable[..., list[float]]]
+    judge: Callable[[str, dict], tuple[bool, bool]]
+
+
+def _kk_rows(run) -> tuple[list[dict], list[dict]]:
+    records = kk_records(
+        people=run.people,
+        train=run.train_puzzles,
+        test=run.eval_puzzles,
+        seed=run.data_seed,
+        template=run.template,
+        test_people=run.eval_people,
+        fixed_names=run.fixed_names,
+    )
+    keep = ("id", "people", "names", "solution", "roles")
+    return tuple(
+        [{"prompt": kk_trainer_prompt(r["prompt"], run.template), **{k: r[k] for k in keep}} for r in records[split]]
+        for split in ("train", "test")
+    )
+
+
+def _kk_judge(text: str, row: dict) -> tuple[bool, bool]:
+    roles = tuple(row.get("roles") or DEFAULT_ROLES)
+    correct = kk_rewards.accuracy(text, row["names"], row["solution"], roles) == 1.0
+    return correct, kk_rewards.strict_answer(text) is not None
+
+
+def _math_rows(run) -> tuple[list[dict], list[dict]]:
+    if run.train_file or run.eval_file:
+        if not (run.train_file and run.eval_file):
+            raise ValueError("task math: give both train_file and eval_file, or neither (generated problems)")
+        return tuple(
+            trainer_rows(load_math_rows(f, run.template), run.template) for f in (run.train_file, run.eval_file)
+        )
+    records = math_records(
+        run.levels, train=run.train_puzzles, test=run.eval_puzzles, seed=run.data_seed, template=run.template
+    )
+    return tuple(trainer_rows(records[split], run.template) for split in ("train", "test"))
+
+
+def _math_judge(text: str, row: dict) -> tuple[bool, bool]:
+    return math_reward.math_score(text, row["answer"]) == 1.0, math_reward.extract_answer(text) is not None
+
+
+TASKS = {
+    "kk": Task(
+        name="kk",
+        group="people",
+        default_template="chatml-think",
+        rewards=tuple(kk_rewards.SCORERS),
+        accuracy_reward="accuracy",
+        rows=_kk_rows,
+        make_reward=kk_rewards.make_reward,
+        judge=_kk_judge,
+    ),
+    "math": Task(
+        name="math",
+        group="level",
+        default_template="chat",
+        rewards=tuple(math_reward.SCORERS),
+        accuracy_reward="math",
+        rows=_math_rows,
+        make_reward=math_reward.make_math_reward,
+        judge=_math_judge,
+    ),
+}
+
+
+def get_task(name: str) -> Task:
+    """Return the task called `name`, or raise a ValueError listing the known ones."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+    return TASKS[name]

@@ -1,0 +1,86 @@
+"""`lopti eval`: metrics per group, resumption after an interruption, refusal of foreign folders."""
+
+import json
+import shutil
+
+import pytest
+
+from lopti.cli import main
+from lopti.train.eval_run import EvalConfig, held_out_rows, run_eval
+
+
+@pytest.fixture
+def config(tiny_model_dir):
+    return EvalConfig(
+        model=str(tiny_model_dir), task="kk", people="2-3", n=3, template="compact", samples=2, temperature=1.0,
+        max_new_tokens=8, batch_size=4,
+    )  # fmt: skip
+
+
+def test_metrics_per_group_and_files(config, tmp_path):
+    result = run_eval(config, tmp_path / "ev", chunk=2)
+    assert result["group"] == "people" and set(result["per_group"]) == {"2", "3"}
+    assert [result["per_group"][k]["n"] for k in ("2", "3")] == [3, 3] and result["overall"]["n"] == 6
+    assert set(result["overall"]) >= {"accuracy", "pass@1", "pass@2", "format_error", "length"}
+    records = [json.loads(line) for line in (tmp_path / "ev" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and all(len(r["correct"]) == 2 and len(r["length"]) == 2 for r in records)
+    assert result["overall"]["length"] == sum(sum(r["length"]) for r in records) / 12
+    assert "| all | 6 |" in (tmp_path / "ev" / "eval.md").read_text()
+
+
+def test_interrupted_evaluation_resumes_to_the_same_records(config, tmp_path):
+    run_eval(config, tmp_path / "whole", chunk=2)
+    whole = (tmp_path / "whole" / "records.jsonl").read_text().splitlines()
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    # an interruption after the first chunk, in the middle of writing the second
+    (tmp_path / "cut" / "records.jsonl").write_text("\n".join(whole[:2]) + "\n" + whole[2][:15])
+    (tmp_path / "cut" / "eval.json").unlink()
+    result = run_eval(config, tmp_path / "cut", chunk=2)
+    assert (tmp_path / "cut" / "records.jsonl").read_text().splitlines() == whole
+    assert result == json.loads((tmp_path / "whole" / "eval.json").read_text())
+
+
+def test_other_settings_or_foreign_folder_are_refused(config, tmp_path):
+    run_eval(config, tmp_path / "ev", chunk=2)
+    before = (tmp_path / "ev" / "records.jsonl").read_text()
+    config.temperature = 0.5
+    with pytest.raises(ValueError, match=r"other settings \(temperature: 1.0 there, 0.5 now\)"):
+        run_eval(config, tmp_path / "ev")
+    assert (tmp_path / "ev" / "records.jsonl").read_text() == before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty and holds no lopti evaluation"):
+        run_eval(config, tmp_path / "other")
+
+
+def test_held_out_rows_match_lopti_train(config):
+    from lopti.train.settings import RunConfig
+    from lopti.train.tasks import get_task
+
+    run = RunConfig(task="kk", people="2-3", eval_puzzles=3, template="compact", train_puzzles=5)
+    assert held_out_rows(config) == get_task("kk").rows(run)[1]
+
+
+def test_cli_bad_input_is_one_line(tiny_model_dir, tmp_path, capsys):
+    no_tokenizer = tmp_path / "weights-only"
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_dir / name, no_tokenizer)
+    assert main(["eval", "--model", str(no_tokenizer), "--out", str(tmp_path / "a")]) == 2
+    assert main(["eval", "--model", str(tiny_model_dir), "--people", "2-13", "--out", str(tmp_path / "b")]) == 2
+    assert main(["eval", "--model", str(tiny_model_dir), "--samples", "4", "--out", str(tmp_path / "c")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3
+    assert "tokenizer" in lines[0]
+    assert "people must be from 2 to 12" in lines[1]
+    assert "needs a temperature above 0" in lines[2]
+
+
+def test_cli_eval_math_from_a_recipe(tiny_model_dir, tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("task: math\nlevels: '3'\neval_puzzles: 2\ntemplate: raw\neval_max_new_tokens: 4\n")
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", str(tiny_model_dir), "--config", str(recipe), "--out", str(out)]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert result["group"] == "level" and result["per_group"]["3"]["n"] == 2
+    assert json.loads((out / "settings.json").read_text())["template"] == "raw"
