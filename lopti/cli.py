@@ -1,4 +1,4 @@
-"""The `lopti` command: `lopti train`, `lopti eval`, `lopti data kk|math`."""
+"""The `lopti` command: `lopti train`, `lopti eval`, `lopti analyze`, `lopti data kk|math`."""
 
 from __future__ import annotations
 
@@ -93,6 +93,41 @@ def _eval(args: argparse.Namespace) -> None:
     print(f"results folder: {out}")
 
 
+def _analyze(args: argparse.Namespace) -> None:
+    import dataclasses
+    import difflib
+
+    from lopti.diagnostics.analyze import AnalyzeConfig, analyze, summary_markdown
+    from lopti.train.settings import load_yaml, parse_overrides
+
+    known = {f.name for f in dataclasses.fields(AnalyzeConfig)}
+    settings = {}
+    if args.config:
+        recipe = load_yaml(args.config)
+        settings = {
+            key: recipe[key]
+            for key in ("model", "task", "people", "levels", "template", "fixed_names", "data_seed")
+            if key in recipe
+        }
+    overrides = parse_overrides(args.overrides)
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+            raise ValueError(
+                f"unknown analyze setting {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else "")
+            )
+    settings.update(overrides)
+    if isinstance(settings.get("edges"), str):
+        settings["edges"] = tuple(float(e) for e in settings["edges"].split(","))
+    if isinstance(settings.get("methods"), str):
+        settings["methods"] = tuple(m.strip() for m in settings["methods"].split(","))
+    config = AnalyzeConfig(**settings)
+    out = args.out or str(Path("analysis") / f"{Path(config.model).name}-{config.task}")
+    result = analyze(config, out)
+    print(summary_markdown(result))
+    print(f"analysis folder: {out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `lopti` command."""
     parser = argparse.ArgumentParser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
@@ -133,6 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", help="results folder (default evals/MODEL-TASK-Kx-TT)")
     evaluate.set_defaults(run=_eval)
 
+    probe = commands.add_parser(
+        "analyze",
+        help="one-update probe of token probabilities (PAPER.md §9): gradient share, Δπ, correct ratio, bounds",
+        description="Settings: --config (a recipe: model, task, people, template ...), then --key value pairs "
+        "for any AnalyzeConfig field: model, task, people, levels, template, fixed_names, reward, prompts, "
+        "group_size, temperature, max_new_tokens, rollouts, edges (0,0.25,0.5,0.75,1), optimizer (sgd, adamw), "
+        "lr, alpha, eta, methods (grpo,ar,lopti,ar+lopti), micro_batch, seed.",
+    )
+    probe.add_argument("--config", help="take model and task settings from this recipe or run config.yaml")
+    probe.add_argument("--out", help="output folder (default analysis/MODEL-TASK)")
+    probe.set_defaults(run=_analyze)
+
     data = commands.add_parser("data", help="generate task data")
     tasks = data.add_subparsers(dest="task", required=True)
     kk = tasks.add_parser("kk", help="Knights-and-Knaves puzzles as JSONL and Parquet")
@@ -160,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input ends in one red line on stderr and exit status 2."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if args.command == "train":
+    if args.command in ("train", "analyze"):
         args.overrides = extra  # --key value pairs for any config field
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -1,10 +1,24 @@
-"""Test setup: few threads (oversubscribed BLAS threads made tiny CPU runs 30× slower here)."""
+"""Test setup: few threads (oversubscribed BLAS threads made tiny CPU runs 30× slower here), and a tiny
+Qwen2 model with a locally trained tokenizer, shared by the trainer and diagnostics tests."""
 
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import pytest
 import torch
 
+from lopti.train.tiny import build_model, build_tokenizer, kk_corpus
+
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """Return a folder holding a saved tiny model and tokenizer (HF format)."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = build_tokenizer(kk_corpus(puzzles_per_size=40))
+    build_model(tokenizer, hidden_size=32, layers=2, heads=2).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

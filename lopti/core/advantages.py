@@ -22,7 +22,7 @@ def _check_rewards(rewards: torch.Tensor) -> torch.Tensor:
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D (one per response), got shape {list(rewards.shape)}")
     check_finite("rewards", rewards)
-    return rewards.float()
+    return rewards if rewards.dtype == torch.float64 else rewards.float()  # at least float32, float64 kept
 
 
 def _check_token_layout(rewards: torch.Tensor, response_mask: torch.Tensor) -> None:

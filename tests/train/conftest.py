@@ -1,20 +1,9 @@
-"""Fixtures for trainer tests: a tiny Qwen2 model with a locally trained tokenizer, and K&K prompts."""
+"""Fixtures for trainer tests: a peaked variant of the tiny model, and K&K prompts."""
 
 import pytest
 import torch
 
 from lopti.tasks.kk.data import kk_dataset
-from lopti.train.tiny import build_model, build_tokenizer, kk_corpus
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """Return a folder holding a saved tiny model and tokenizer (HF format)."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = build_tokenizer(kk_corpus(puzzles_per_size=40))
-    build_model(tokenizer, hidden_size=32, layers=2, heads=2).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="session")

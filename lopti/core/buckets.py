@@ -1,0 +1,58 @@
+"""Tokens bucketed by their rollout probability π_old, the lens of the paper's analysis (PAPER.md §9).
+
+The paper splits response tokens into probability quartiles [0, .25), [.25, .5), [.5, .75), [.75, 1] and
+shows that the lowest bucket carries most of the gradient. Edges are any increasing values from 0 to 1;
+every bucket is half-open except the last, which includes 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from lopti.core._validate import check_mask
+
+QUARTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def check_edges(edges: tuple[float, ...] | list[float]) -> tuple[float, ...]:
+    """Return the edges as a tuple, or raise a ValueError unless they rise strictly from 0 to 1."""
+    edges = tuple(float(e) for e in edges)
+    if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or any(b <= a for a, b in itertools.pairwise(edges)):
+        raise ValueError(f"bucket edges must rise strictly from 0 to 1, like 0,0.25,0.5,0.75,1; got {list(edges)}")
+    return edges
+
+
+def bucket_labels(edges: tuple[float, ...] | list[float]) -> list[str]:
+    """Return "[0.00,0.25)"-style labels, the last one closed."""
+    edges = check_edges(edges)
+    last = len(edges) - 2
+    return [f"[{a:.2f},{b:.2f}{']' if i == last else ')'}" for i, (a, b) in enumerate(itertools.pairwise(edges))]
+
+
+def probability_buckets(
+    old_logprobs: torch.Tensor, response_mask: torch.Tensor, edges: tuple[float, ...] | list[float] = QUARTILES
+) -> torch.Tensor:
+    """Return each token's bucket index by π_old = exp(old_logprobs) (long, same shape), −1 on padding."""
+    edges = check_edges(edges)
+    mask = check_mask("response_mask", response_mask, old_logprobs)
+    # Compare in log space, as `isolation.low_prob_mask` does, so a bucket edge at η splits tokens exactly
+    # where Lopti does; p == edge goes to the bucket the edge opens.
+    inner = torch.tensor([math.log(e) for e in edges[1:-1]], dtype=old_logprobs.dtype, device=old_logprobs.device)
+    index = torch.bucketize(old_logprobs.detach().contiguous(), inner, right=True)
+    return torch.where(mask, index, torch.full_like(index, -1))
+
+
+def bucket_shares(index: torch.Tensor, buckets: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Return each bucket's share (float64, sums to 1) of the tokens, or of `weights` summed over tokens.
+
+    Padding (index −1) never counts. All zeros when there is nothing to share (no token, or zero weight).
+    """
+    valid = index >= 0
+    values = torch.ones_like(index, dtype=torch.float64) if weights is None else weights.detach().double()
+    totals = torch.zeros(buckets, dtype=torch.float64, device=index.device)
+    totals.index_add_(0, index[valid], values[valid])
+    whole = totals.sum()
+    return totals / whole if whole > 0 else totals
