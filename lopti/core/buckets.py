@@ -45,14 +45,19 @@ def probability_buckets(
     return torch.where(mask, index, torch.full_like(index, -1))
 
 
-def bucket_shares(index: torch.Tensor, buckets: int, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Return each bucket's share (float64, sums to 1) of the tokens, or of `weights` summed over tokens.
-
-    Padding (index −1) never counts. All zeros when there is nothing to share (no token, or zero weight).
-    """
+def bucket_totals(index: torch.Tensor, buckets: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Return each bucket's token count (float64), or its sum of `weights`; padding (index −1) never counts."""
     valid = index >= 0
     values = torch.ones_like(index, dtype=torch.float64) if weights is None else weights.detach().double()
     totals = torch.zeros(buckets, dtype=torch.float64, device=index.device)
-    totals.index_add_(0, index[valid], values[valid])
+    return totals.index_add_(0, index[valid], values[valid])
+
+
+def bucket_shares(index: torch.Tensor, buckets: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Return each bucket's share (float64, sums to 1) of the tokens, or of `weights` summed over tokens.
+
+    All zeros when there is nothing to share (no token, or zero weight).
+    """
+    totals = bucket_totals(index, buckets, weights)
     whole = totals.sum()
     return totals / whole if whole > 0 else totals

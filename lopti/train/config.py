@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS
+from lopti.core.buckets import QUARTILES, check_edges
 
 # TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -58,6 +59,13 @@ class LoptiGRPOConfig(GRPOConfig):
         default="k3",
         metadata={"help": "KL penalty estimator when beta > 0: 'k1', 'k2' or 'k3' (low-var KL)."},
     )
+    probability_buckets: list[float] = field(
+        default_factory=lambda: list(QUARTILES),
+        metadata={
+            "help": "Edges of the π_old buckets of the per-step metrics probs/share_* and probs/grad_share_* "
+            "(PAPER.md §9 uses quartiles: 0, 0.25, 0.5, 0.75, 1)."
+        },
+    )
     max_nonfinite_losses: int = field(
         default=3,
         metadata={"help": "Stop training after this many consecutive non-finite losses (each one is skipped)."},
@@ -97,6 +105,10 @@ class LoptiGRPOConfig(GRPOConfig):
             problems.append(f"ar_alpha must be in [0, 1], got {self.ar_alpha}")
         if not 0.0 < self.lopti_eta < 1.0:
             problems.append(f"lopti_eta must be in (0, 1), got {self.lopti_eta}")
+        try:
+            check_edges(self.probability_buckets)
+        except ValueError as error:
+            problems.append(f"probability_buckets: {error}")
         if self.lopti_order not in ORDERS:
             problems.append(f"lopti_order must be one of {ORDERS}, got {self.lopti_order!r}")
         if self.advantage_estimator is not None and self.advantage_estimator not in ESTIMATORS:

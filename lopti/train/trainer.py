@@ -28,6 +28,7 @@ from lopti.core import (
     phase_masks,
     token_advantages,
 )
+from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.train.config import LoptiGRPOConfig
 
 AGGREGATION_OF_LOSS_TYPE = {
@@ -136,6 +137,7 @@ class LoptiGRPOTrainer(GRPOTrainer):
         advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
         weights = ar_weights(old_logps, self.args.ar_alpha)
         advantages = advantages * weights
+        advantages_before_isolation = advantages
         active = mask.bool()
         phase = self.lopti_phase() if self.args.lopti else 0
         if self.args.lopti:
@@ -170,6 +172,7 @@ class LoptiGRPOTrainer(GRPOTrainer):
             phase,
             kl if self.beta != 0.0 else None,
         )
+        self._log_probability_metrics(logps, old_logps, mask, active, advantages_before_isolation, phase)
         return loss
 
     def _accumulation(self) -> float:
@@ -206,9 +209,7 @@ class LoptiGRPOTrainer(GRPOTrainer):
         valid = mask.bool()
 
         def mean_of(values: torch.Tensor, where: torch.Tensor = valid) -> float:
-            total = torch.stack([(values * where).sum(), where.sum().to(values.dtype)]).detach()
-            total = self.accelerator.gather(total).view(-1, 2).sum(dim=0)
-            return (total[0] / total[1].clamp(min=1)).item()
+            return self._gathered_mean(values, where)
 
         metrics = self._metrics[mode]
         metrics["entropy"].append(mean_of(entropies))
@@ -223,3 +224,31 @@ class LoptiGRPOTrainer(GRPOTrainer):
             metrics["kl"].append(mean_of(kl, active))
         name = f"lopti/phase{phase + 1}_loss" if self.args.lopti else "policy_loss"
         metrics[name].append(self.accelerator.gather(loss.detach()).nanmean().item())
+
+    def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase) -> None:
+        """Log the token share and the gradient share of each π_old bucket, and Lopti's between-phase moves.
+
+        probs/grad_share_*: each bucket's share of Σ |Â| (1 − π_old), the logit-gradient norm up to the
+        Proposition 4.2 factor in [√(N/(N−1)), √2]; analytic, no extra backward. With Lopti, phase 2 logs
+        the mean |log π − log π_old| of the phase-1 and the phase-2 tokens: what phase 1 moved.
+        """
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        edges = self.args.probability_buckets
+        index = probability_buckets(old_logps, mask, edges)
+        weight = advantages.abs() * (1.0 - old_logps.detach().exp())
+        labels = bucket_labels(edges)
+        totals = torch.stack([bucket_totals(index, len(labels)), bucket_totals(index, len(labels), weight)])
+        tokens, gradient = self.accelerator.gather(totals.unsqueeze(0)).sum(dim=0)
+        for k, label in enumerate(labels):
+            metrics[f"probs/share_{label}"].append((tokens[k] / tokens.sum().clamp(min=1)).item())
+            metrics[f"probs/grad_share_{label}"].append((gradient[k] / gradient.sum().clamp(min=1e-30)).item())
+        if self.args.lopti and phase == 1:
+            moved = (logps.detach() - old_logps).abs()
+            for name, where in (("phase1_tokens", mask.bool() & ~active), ("phase2_tokens", active)):
+                metrics[f"lopti/dlogp_{name}"].append(self._gathered_mean(moved, where))
+
+    def _gathered_mean(self, values: torch.Tensor, where: torch.Tensor) -> float:
+        """Return the mean of `values` over `where`, across all processes."""
+        total = torch.stack([(values * where).sum(), where.sum().to(values.dtype)]).detach()
+        total = self.accelerator.gather(total).view(-1, 2).sum(dim=0)
+        return (total[0] / total[1].clamp(min=1)).item()

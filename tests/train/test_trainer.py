@@ -215,3 +215,24 @@ def test_nonfinite_losses_are_skipped_then_stop_training(tiny_model_dir, kk_prom
     trainer._guard_nonfinite(torch.tensor(math.inf), logps)
     with pytest.raises(RuntimeError, match="stopped: 2 consecutive non-finite losses"):
         trainer._guard_nonfinite(torch.tensor(math.nan), logps)
+
+
+def test_probability_metrics_per_step(peaked_model_dir, kk_prompts, tmp_path):
+    trainer = make(
+        Probe, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path,
+        max_steps=2, lopti=True, num_iterations=2, learning_rate=1e-3, probability_buckets=[0, 0.5, 1],
+    )  # fmt: skip
+    trainer.train()
+    first = trainer.records[0]
+    low_share = (first["mask"] & (first["old"].exp() < 0.5)).sum().item() / first["mask"].sum().item()
+    low, high = logged(trainer, "probs/share_[0.00,0.50)"), logged(trainer, "probs/share_[0.50,1.00]")
+    assert low[0] == pytest.approx(low_share) and low[0] + high[0] == pytest.approx(1.0)
+    assert 0 < low_share < 1, "the test needs both buckets"
+    grad_low, grad_high = (
+        logged(trainer, "probs/grad_share_[0.00,0.50)"),
+        logged(trainer, "probs/grad_share_[0.50,1.00]"),
+    )
+    assert grad_low[0] + grad_high[0] == pytest.approx(1.0) and grad_low[0] > low[0]  # low tokens carry more
+    # logged in phase 2 only: phase 1 moved its own (low) tokens, and the high ones through shared weights
+    moved_low, moved_high = logged(trainer, "lopti/dlogp_phase1_tokens"), logged(trainer, "lopti/dlogp_phase2_tokens")
+    assert len(moved_low) == 1 and moved_low[0] > 0 and moved_high[0] > 0
