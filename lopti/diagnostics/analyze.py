@@ -73,6 +73,8 @@ def summary_markdown(result: dict[str, Any]) -> str:
         "|---" * (len(labels) + 2) + "|",
         "| token share | " + " | ".join(f"{100 * result['token_share'][k]:.1f}%" for k in labels) + " | 100% |",
     ]
+    for key, name in (("grad_share_exact", "share of Σ|Â|·‖∂z‖"), ("grad_share_1_minus_pi", "share of Σ|Â|·(1−π)")):
+        lines.append(f"| {name} | " + " | ".join(f"{100 * result[key][k]:.1f}%" for k in labels) + " | 100% |")
     if result.get("grad_norm"):
         norms = result["grad_norm"]
         row = " | ".join(f"{norms[f'only {k}']:.3g}" for k in labels)

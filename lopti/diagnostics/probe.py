@@ -46,8 +46,8 @@ class ProbeConfig:
     dual_clip: float = 10.0
     micro_batch: int = 4
     methods: tuple[str, ...] = field(default=METHODS)
-    # One small step moves a confident token's log π by ~1e-9: below float32 rounding of a log-softmax,
-    # so float32 would turn many such moves into noise or zeros. float64 is ~2× slower on a CPU.
+    # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
+    # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
     dtype: str = "float64"
 
     def check(self) -> None:
@@ -95,7 +95,7 @@ def _micro(batch: Batch, size: int):
 
 def _logits(model, batch: Batch, rows: slice, temperature: float) -> torch.Tensor:
     out = model(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows])
-    return out.logits[:, :-1] / temperature
+    return out.logits[:, :-1].double() / temperature  # a float32 log-softmax would drown small moves
 
 
 def token_logprobs(model, batch: Batch, temperature: float, micro_batch: int) -> torch.Tensor:
@@ -180,8 +180,10 @@ def _correlation(x: torch.Tensor, y: torch.Tensor) -> float | None:
     return torch.corrcoef(torch.stack([x.double(), y.double()]))[0, 1].item()
 
 
-def gradient_bounds(model, batch: Batch, temperature: float, micro_batch: int, seed: int = 0) -> dict[str, Any]:
-    """Return Proposition 4.2 checks per token at the logits and at the last hidden state.
+def gradient_bounds(
+    model, batch: Batch, temperature: float, micro_batch: int, seed: int = 0
+) -> tuple[dict[str, Any], torch.Tensor]:
+    """Return Proposition 4.2 checks at the logits and the last hidden state, and each token's logit norm.
 
     At the logits the bounds are exact. At the hidden state h (z = W h / T) the gradient is Wᵀ(π − e_k)/T;
     its norm is at most σ_max(W)/T · √2 (1 − π), always, and at least σ_min(W)/T · √(N/(N−1)) (1 − π) only
@@ -225,7 +227,7 @@ def gradient_bounds(model, batch: Batch, temperature: float, micro_batch: int, s
             "logit_norm": logit_norm[keep].tolist(),
             "hidden_norm": hidden_norm[keep].tolist(),
         },
-    }
+    }, logit_norm
 
 
 def run_probe(model, rollouts: Rollouts, pad_id: int, config: ProbeConfig | None = None) -> dict[str, Any]:
@@ -241,6 +243,7 @@ def run_probe(model, rollouts: Rollouts, pad_id: int, config: ProbeConfig | None
     index = probability_buckets(old, batch.mask, config.edges)
     labels = bucket_labels(config.edges)
     shares = bucket_shares(index, len(labels))
+    bound, logit_norm = gradient_bounds(model, batch, temperature, config.micro_batch)
     warnings = [f"bucket {label} holds no response token" for label, s in zip(labels, shares, strict=True) if s == 0]
     result: dict[str, Any] = {
         "config": {**config.__dict__, "edges": list(config.edges), "methods": list(config.methods)},
@@ -255,12 +258,13 @@ def run_probe(model, rollouts: Rollouts, pad_id: int, config: ProbeConfig | None
         ),
         "buckets": labels,
         "token_share": dict(zip(labels, shares.tolist(), strict=True)),
-        "advantage_weighted_share": dict(
-            zip(labels, bucket_shares(index, len(labels), advantages.abs() * (1 - old.exp())).tolist(), strict=True)
-        ),
-        "bound": gradient_bounds(model, batch, temperature, config.micro_batch),
+        "bound": bound,
         "warnings": warnings,
     }
+    # Each bucket's share of Σ|Â|·‖∂(−log π)/∂z‖: exact, and as the trainer logs it with (1 − π) for the norm.
+    for key, norm in (("grad_share_exact", logit_norm), ("grad_share_1_minus_pi", 1 - old[batch.mask].double().exp())):
+        shares = bucket_shares(index[batch.mask], len(labels), advantages[batch.mask].abs().double() * norm)
+        result[key] = dict(zip(labels, shares.tolist(), strict=True))
     if not advantages.abs().sum() > 0:
         result["warnings"].append(
             "every group gave all its responses the same reward: all advantages are zero, so no update moves "

@@ -27,7 +27,9 @@ class RunConfig:
     task: str = field(default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves) or 'math'."})
     rewards: list[str] = field(
         default_factory=lambda: ["logic_rl"],
-        metadata={"help": "Reward functions (kk: logic_rl, strict, partial, accuracy; math: math, math_format)."},
+        metadata={
+            "help": "Reward functions (kk: logic_rl, strict, partial, lenient, accuracy; math: math, math_format)."
+        },
     )
     template: str = field(default="chatml-think", metadata={"help": "Prompt template of the task."})
     people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})

@@ -82,7 +82,11 @@ def test_tiny_model_end_to_end_from_saved_rollouts(rollouts_file, tmp_path):
     config.rollouts = str(path)
     result = analyze(config, tmp_path / "second")
     assert math.isclose(sum(result["token_share"].values()), 1.0, rel_tol=1e-12)
-    assert math.isclose(sum(result["advantage_weighted_share"].values()), 1.0, rel_tol=1e-12)
+    exact, proxy = result["grad_share_exact"], result["grad_share_1_minus_pi"]
+    assert math.isclose(sum(exact.values()), 1.0, rel_tol=1e-12) and math.isclose(sum(proxy.values()), 1.0)
+    for label in result["buckets"]:  # per token, exact / proxy lies in [√(N/(N−1)), √2] (Prop. 4.2)
+        if proxy[label] > 0:
+            assert 1 / math.sqrt(2) - 1e-9 <= exact[label] / proxy[label] <= math.sqrt(2) + 1e-9
     assert result["bound"]["logits"]["inside_fraction"] == 1.0
     assert result["bound"]["hidden"]["upper_holds_fraction"] == 1.0
     assert result["groups_with_reward_spread"] == 3 and result["grad_norm"]["grpo"] > 0

@@ -121,6 +121,26 @@ def partial_score(text: str, names: list[str], solution: list[bool], roles: Role
         return 0.0
 
 
+def lenient_score(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
+    """Return the share of people whose last stated role is right, ignoring the answer format.
+
+    For models that answer in prose (an instruct model that never writes the tags): the text after the
+    last "</think>" (or all of it) is read, the last <answer> block if there is one, and for each name the
+    last "Name is a <role>" counts; a name never given a role counts as wrong.
+    """
+    try:
+        graded = text.rsplit("</think>", 1)[-1]
+        blocks = ANSWER_RE.findall(graded)
+        graded = blocks[-1] if blocks else graded
+        right = 0
+        for name, truthful in zip(names, solution, strict=True):
+            given = _roles_given(name, graded, roles)
+            right += bool(given) and given[-1] == truthful
+        return right / len(names)
+    except Exception:
+        return 0.0
+
+
 def accuracy(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
     """Return 1.0 iff the strictly parsed roles equal the solution, else 0.0."""
     return float(strict_score(text, names, solution, roles) == FORMAT_OK + CORRECT)
@@ -130,6 +150,7 @@ SCORERS: dict[str, Callable[..., float]] = {
     "logic_rl": logic_rl_score,
     "strict": strict_score,
     "partial": partial_score,
+    "lenient": lenient_score,
     "accuracy": accuracy,
 }
 

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from lopti.tasks.kk.rewards import (
     accuracy,
     compute_score,
+    lenient_score,
     logic_rl_score,
     make_reward,
     partial_score,
@@ -82,14 +83,31 @@ def test_configurable_roles():
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("<>/thinkasweroABCnyb()123 \n")), max_size=200) | st.text(max_size=300))
 def test_any_string_gives_a_float_and_never_full_credit_unless_exactly_right(junk):
-    for scorer in (logic_rl_score, strict_score, partial_score, accuracy):
+    for scorer in (logic_rl_score, strict_score, partial_score, lenient_score, accuracy):
         value = scorer(junk, NAMES, SOLUTION)
         assert isinstance(value, float)
     assert strict_score(junk, NAMES, SOLUTION) in (3.0, -0.5, -1.0, -3.0)
     assert logic_rl_score(junk, NAMES, SOLUTION) in (3.0, -0.5, -1.0, -3.0)
 
 
+@pytest.mark.parametrize(
+    ("assistant", "expected"),
+    [
+        (text(RIGHT), 1.0),
+        ("So Ann is a knight, Bob is a knave and Cy is a knight.", 1.0),  # prose, no tags
+        ("Ann is a knave... no wait: Ann is a knight. Bob is a knave.", 2 / 3),  # the last word counts; Cy missing
+        ("<think>Ann is a knave, Bob is a knight</think>Ann is a knight. Cy is a knight.", 2 / 3),  # after </think>
+        (text("Ann is a knight") + " Bob is a knight, Cy is a knave", 1 / 3),  # the <answer> block wins
+        ("Annie is a knight. Bobby is a knave.", 0.0),  # whole names only
+        ("", 0.0),
+    ],
+)
+def test_lenient_reads_prose(assistant, expected):
+    assert lenient_score(assistant, NAMES, SOLUTION) == pytest.approx(expected)
+
+
 def test_never_raises_on_bad_arguments():
+    assert lenient_score(None, NAMES, SOLUTION) == 0.0
     assert logic_rl_score(None, NAMES, SOLUTION) == -3.0
     assert strict_score(text(RIGHT), None, SOLUTION) == -3.0
     assert partial_score(text(RIGHT), NAMES, None) == 0.0
