@@ -1,4 +1,4 @@
-"""The `lopti` command: `lopti train`, `lopti eval`, `lopti analyze`, `lopti data kk|math`."""
+"""The `lopti` command: `lopti train`, `lopti eval`, `lopti compare`, `lopti analyze`, `lopti data kk|math`."""
 
 from __future__ import annotations
 
@@ -128,6 +128,28 @@ def _analyze(args: argparse.Namespace) -> None:
     print(f"analysis folder: {out}")
 
 
+def _compare(args: argparse.Namespace) -> None:
+    import shlex
+
+    from lopti.train.compare import collect, run_all
+    from lopti.train.compare_report import results_table, write_compare_report
+    from lopti.train.settings import parse_overrides
+
+    config = Path(args.config) if args.config else DEFAULT_RECIPES["kk"]
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds must be integers like 0,1,2, got {args.seeds!r}") from None
+    out = Path(args.out or Path("results") / config.stem)
+    run_all(config, parse_overrides(args.overrides), variants, seeds, out)
+    results = collect(out)
+    command = "lopti compare " + " ".join(shlex.quote(a) for a in args.argv)
+    write_compare_report(out, results, command)
+    print(results_table(results))
+    print(f"results folder: {out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `lopti` command."""
     parser = argparse.ArgumentParser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
@@ -180,6 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--out", help="output folder (default analysis/MODEL-TASK)")
     probe.set_defaults(run=_analyze)
 
+    compare = commands.add_parser(
+        "compare",
+        help="the ablation study: variants x seeds on one held-out set, table with mean ± std and curves",
+        description="Runs every variant x seed sequentially (finished runs are skipped, interrupted ones resumed), "
+        "evaluates each on the recipe's held-out set, and writes results.md, results.json and curves.png. "
+        "Extra --key value pairs override the recipe for every run.",
+    )
+    compare.add_argument("--config", help="base recipe (default: the embedded kk-tiny-cpu.yaml)")
+    compare.add_argument("--variants", default="grpo,ar,lopti,ar+lopti", help="any of grpo, ar, lopti, ar+lopti")
+    compare.add_argument("--seeds", default="0,1,2", help="trainer seeds (default 0,1,2)")
+    compare.add_argument("--out", help="results folder (default results/RECIPE)")
+    compare.set_defaults(run=_compare)
+
     data = commands.add_parser("data", help="generate task data")
     tasks = data.add_subparsers(dest="task", required=True)
     kk = tasks.add_parser("kk", help="Knights-and-Knaves puzzles as JSONL and Parquet")
@@ -207,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; bad input ends in one red line on stderr and exit status 2."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if args.command in ("train", "analyze"):
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
+    if args.command in ("train", "analyze", "compare"):
         args.overrides = extra  # --key value pairs for any config field
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

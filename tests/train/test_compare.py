@@ -1,0 +1,68 @@
+"""`lopti compare`: variant settings, a small study end to end, skipping, resuming and refusing."""
+
+import json
+
+import pytest
+import yaml
+
+from lopti.cli import main
+from lopti.train import run as run_module
+from lopti.train.compare import variant_settings
+
+
+def hash_reward(completions, completion_ids, **kwargs):
+    return [sum((k + 1) * i for k, i in enumerate(ids)) % 97 / 97 for ids in completion_ids]
+
+
+def test_variants_keep_the_number_of_rl_steps():
+    base = {"max_steps": 80, "num_iterations": 2, "lopti": True, "ar_alpha": 0.3, "save_steps": 40}
+    grpo, ar = variant_settings(base, "grpo", 1), variant_settings(base, "ar", 1)
+    lopti, both = variant_settings(base, "lopti", 1), variant_settings(base, "ar+lopti", 1)
+    assert (grpo["max_steps"], grpo["num_iterations"], grpo["save_steps"], grpo["ar_alpha"]) == (40, 1, 20, 0.0)
+    assert (ar["max_steps"], ar["ar_alpha"], ar["lopti"]) == (40, 0.3, False)
+    assert (lopti["max_steps"], lopti["num_iterations"], lopti["ar_alpha"], lopti["lopti"]) == (80, 2, 0.0, True)
+    assert (both["max_steps"], both["ar_alpha"], both["seed"], both["evaluate"]) == (80, 0.3, 1, True)
+    plain = variant_settings({"max_steps": 30, "ar_alpha": 0.0}, "ar", 0)
+    assert plain["ar_alpha"] == 0.3 and plain["max_steps"] == 30
+    with pytest.raises(ValueError, match="unknown variant 'ppo'"):
+        variant_settings(base, "ppo", 0)
+
+
+@pytest.fixture
+def recipe(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights, tokenizer=None: ([hash_reward], [1.0]))
+    settings = dict(
+        model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=16, eval_puzzles=2,
+        num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=4,
+        save_strategy="steps", save_steps=2, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
+        learning_rate=1e-2, lopti=True, num_iterations=2, ar_alpha=0.3, disable_tqdm=True, eval_max_new_tokens=4,
+    )  # fmt: skip
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def test_small_study_end_to_end(recipe, tmp_path, capsys):
+    out = tmp_path / "study"
+    argv = ["compare", "--config", str(recipe), "--variants", "grpo,ar+lopti", "--seeds", "0,1", "--out", str(out)]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results["runs"]) == ["ar+lopti-s0", "ar+lopti-s1", "grpo-s0", "grpo-s1"]
+    assert results["summary"]["grpo"]["seeds"] == 2 and set(results["summary"]["grpo"]) >= {"2", "3", "all"}
+    lines = (out / "runs" / "grpo-s0" / "metrics.jsonl").read_text().splitlines()
+    assert max(json.loads(line)["step"] for line in lines) == 2  # half the optimizer steps of Lopti
+    report = (out / "results.md").read_text()
+    assert "| grpo | 2 |" in report and "| ar+lopti | 2 |" in report and "pts" in report
+    assert (out / "curves.png").stat().st_size > 1000
+    assert "lopti compare --config" in (out / "command.txt").read_text()
+
+    # rerun: finished runs are skipped; a run whose evaluation was lost is resumed from its checkpoint
+    (out / "runs" / "grpo-s1" / "eval_after.json").unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "grpo-s0: finished, skipped" in printed and "grpo-s1: resuming" in printed
+
+    # another study in the same folder is refused before anything is touched
+    assert main([*argv[:-2], "--out", str(out), "--learning_rate", "0.5"]) == 2
+    assert "holds a comparison with other settings (base differ)" in capsys.readouterr().err
