@@ -22,6 +22,7 @@ from pathlib import Path
 
 MANIFEST = "lopti_manifest.json"
 BUILD_VERSION = 2  # bump when a builder changes, so old cache entries are not reused
+WARM_START = None  # None: WarmStartConfig() defaults; tests set a smaller one
 TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
 
 
@@ -129,7 +130,7 @@ def build_tiny(folder: Path) -> None:
     """Write `tiny`: the tiny base model after the K&K warm start (see lopti.train.warmstart)."""
     from lopti.train.warmstart import warm_start
 
-    warm_start(embedded_model_path("tiny-base"), folder)
+    warm_start(embedded_model_path("tiny-base"), folder, WARM_START)
     shutil.rmtree(folder / "sft-work", ignore_errors=True)
 
 
