@@ -129,6 +129,7 @@ def _analyze(args: argparse.Namespace) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
+    import json
     import shlex
 
     from lopti.train.compare import collect, run_all
@@ -145,7 +146,7 @@ def _compare(args: argparse.Namespace) -> None:
     run_all(config, parse_overrides(args.overrides), variants, seeds, out)
     results = collect(out)
     command = "lopti compare " + " ".join(shlex.quote(a) for a in args.argv)
-    write_compare_report(out, results, command)
+    write_compare_report(out, results, command, json.loads((out / "compare.json").read_text())["base"])
     print(results_table(results))
     print(f"results folder: {out}")
 

@@ -80,7 +80,7 @@ def plot_compare_curves(out: Path, results: dict[str, Any], keys: dict[str, str]
     return path if drawn else None
 
 
-def write_compare_report(out: Path, results: dict[str, Any], command: str) -> Path:
+def write_compare_report(out: Path, results: dict[str, Any], command: str, base: dict[str, Any]) -> Path:
     """Write results.md (table, curves, the command) in `out`; return its path."""
     first_run = next(iter(results["runs"]), None)
     keys = {}
@@ -93,6 +93,10 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str) -> Pa
         "# Comparison",
         "",
         f"Command: `{command}`",
+        "",
+        f'Base estimator: {base.get("advantage_estimator") or "TRL default"}; "grpo" is the base without AR '
+        f"or Lopti, the others add them (AR α = {base.get('ar_alpha') or 0.3}); every variant sees "
+        f"{base['max_steps'] // (int(base.get('num_iterations', 1)) if base.get('lopti') else 1)} generated batches.",
         "",
         "Held-out accuracy after RL (greedy), mean ± std over seeds, in %:",
         "",
