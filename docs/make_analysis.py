@@ -3,13 +3,15 @@
 Run from the repository root (about 15 minutes on 2 CPU cores; runs already in docs/analysis/ are kept
 unless --force):
     python docs/make_analysis.py --force
-Writes docs/analysis/<model>/ (analysis.json, summary.md, figures, rollouts.jsonl) and
-docs/analysis/tables.md, which docs/analysis.md quotes.
+Writes docs/analysis/<model>/ (analysis.json, summary.md, figures, rollouts.jsonl),
+docs/analysis/tables.md and docs/analysis/findings.md (each statement checked by a rule), which
+docs/analysis.md quotes.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -72,6 +74,8 @@ def tables(results: dict[str, dict]) -> str:
         "|---" * (len(labels) + 1) + "|",
     ]
     for name, r in results.items():
+        if not r["grad_norm"]:
+            continue  # all advantages zero: nothing to share
         for key, kind in (("grad_share_exact", "exact"), ("grad_share_1_minus_pi", "(1 − π)")):
             lines.append(f"| {name}, {kind} | " + " | ".join(f"{100 * r[key][k]:.1f}" for k in labels) + " |")
     lines += [
@@ -113,6 +117,48 @@ def tables(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def findings(results: dict[str, dict]) -> str:
+    """Return, per run, where it agrees with the paper's analysis and where it does not, checked by rule."""
+    lines = []
+    for name, r in results.items():
+        labels = r["buckets"]
+        share = [r["token_share"][k] for k in labels]
+        lines.append(f"**{name}**")
+        lines.append("")
+        top_heavy = share[-1] == max(share) and share[0] > min(share[1:-1])
+        lines.append(
+            f"- Token shares {', '.join(f'{100 * v:.1f}%' for v in share)}: "
+            + ("the paper's U shape (most tokens confident, a fat lowest quartile) — agrees."
+               if top_heavy else "not the paper's U shape — differs.")
+        )  # fmt: skip
+        if not r["grad_norm"]:
+            lines += [f"- No update was measured: {'; '.join(r['warnings'])}.", ""]
+            continue
+        norms = [r["grad_norm"][f"only {k}"] for k in labels]
+        whole = r["grad_norm"]["grpo"]
+        falling = all(a >= b for a, b in itertools.pairwise(norms))
+        lines.append(
+            f"- Updating only the lowest quartile ({100 * share[0]:.1f}% of tokens) gives a gradient norm "
+            f"{norms[0] / whole:.2f} of the all-token one (paper 0.87), the top quartile {norms[-1] / whole:.2f} "
+            f"(paper 0.18); norms {'fall' if falling else 'do not fall'} monotonically with π — "
+            + ("agrees." if falling and norms[0] > norms[-1] else "differs.")
+        )  # fmt: skip
+        exact = r["grad_share_exact"][labels[0]]
+        lines.append(
+            f"- The lowest quartile carries {100 * exact:.1f}% of Σ|Â|·‖∂z‖ with {100 * share[0]:.1f}% of the tokens."
+        )
+        top = {m: r["delta_pi"][m][labels[-1]]["correct_ratio"]["positive"] for m in ("grpo", "ar", "lopti")}
+        if None not in top.values():
+            order = "AR and Lopti above GRPO" if top["ar"] > top["grpo"] and top["lopti"] > top["grpo"] else None
+            lines.append(
+                f"- Correct ratio of the top quartile: GRPO {top['grpo']:.3f}, AR {top['ar']:.3f}, Lopti "
+                f"{top['lopti']:.3f} (paper 0.496, 0.526, 0.534): "
+                + (f"{order} — agrees." if order else "not the paper's order (AR and Lopti above GRPO) — differs.")
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="redo runs whose analysis.json already exists")
@@ -127,6 +173,7 @@ def main() -> None:
         results[name] = analyze(config, OUT / name)
         print(f"{name}: done", flush=True)
     (OUT / "tables.md").write_text(tables(results))
+    (OUT / "findings.md").write_text(findings(results))
     print(json.dumps({name: r["warnings"] for name, r in results.items()}))
 
 
