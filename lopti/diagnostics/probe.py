@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from lopti.core.advantages import token_advantages
 from lopti.core.bound import grad_norm_bounds, logit_grad_norm
@@ -286,7 +287,7 @@ def run_probe(model, rollouts: Rollouts, pad_id: int, config: ProbeConfig | None
     }
     variants.update({m: choices[m] for m in config.methods})
     grad_norm, delta_pi = {}, {}
-    for name, phases in variants.items():
+    for name, phases in tqdm(variants.items(), desc="probe updates", leave=False):
         new, norms = updated_logprobs(model, state, batch, old, phases, temperature, config)
         grad_norm[name] = norms[0] if len(norms) == 1 else norms
         delta = (new.double().exp() - old.double().exp())[batch.mask]
