@@ -90,6 +90,8 @@ def plot_gradient_bounds(result: dict[str, Any], out: Path) -> Path:
         upper_scale = scale if scale is not None else bound["hidden"]["sigma_max"]
         axis.plot(grid, [lower_scale * v for v in low], color="green", label="lower bound")
         axis.plot(grid, [upper_scale * v for v in high], color="red", label="upper bound")
+        if scale is None:  # σ_max/σ_min spans orders of magnitude: a log axis keeps the tokens visible
+            axis.set_yscale("log")
         axis.set_xlabel("π of the sampled token")
         axis.set_ylabel("‖∂(−log π)/∂·‖")
         axis.set_title(title)
