@@ -65,6 +65,16 @@ def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pass_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Return a markdown table of pass@k per group, before and after (k = the number of samples)."""
+    key = f"pass@{after['samples']}"
+    lines = [f"| {after['group']} | {key} before | {key} after |", "|---|---|---|"]
+    for size, stats in [*after["per_group"].items(), ("all", after["overall"])]:
+        old = before["per_group"][size] if size != "all" else before["overall"]
+        lines.append(f"| {size} | {100 * old[key]:.1f}% | {100 * stats[key]:.1f}% |")
+    return "\n".join(lines)
+
+
 def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], seconds: dict[str, float]) -> Path:
     """Write report.md (and its PNG curves) in `run_dir`; return its path."""
     metrics = read_metrics(run_dir / "metrics.jsonl")
@@ -83,6 +93,16 @@ def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], s
         eval_table(before, after),
         "",
     ]
+    if "sampled" in after:
+        k, temperature = after["sampled"]["samples"], after["sampled"]["temperature"]
+        parts += [
+            f"## Held-out accuracy, {k} samples per prompt at T={temperature} (avg@{k}; pass@{k} below)",
+            "",
+            eval_table(before["sampled"], after["sampled"]),
+            "",
+            pass_table(before["sampled"], after["sampled"]),
+            "",
+        ]
     if curves:
         parts += ["## Training curves", "", f"![training rewards]({curves.name})", ""]
     path = run_dir / "report.md"

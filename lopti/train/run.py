@@ -6,6 +6,7 @@ A run folder holds config.yaml (the resolved settings), metrics.jsonl (one line 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -111,16 +112,28 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
 
 
 def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds: dict, label: str) -> dict:
-    """Evaluate the trainer's model greedily on the run's held-out set; save and return the metrics."""
+    """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
+
+    Greedy always (out); with eval_samples > 1 also sampled at eval_temperature (out with "_sampled"),
+    under "sampled" in the returned dict.
+    """
     started = time.time()
     rows = list(trainer.lopti_eval_rows)
     task = get_task(run.task)
-    result = evaluate_rows(
-        trainer.model, trainer.processing_class, rows, task.judge, task.group, max_new_tokens=run.eval_max_new_tokens
-    )
+    evaluate = functools.partial(
+        evaluate_rows, trainer.model, trainer.processing_class, rows, task.judge, task.group,
+        max_new_tokens=run.eval_max_new_tokens,
+    )  # fmt: skip
+    result = evaluate()
     out.write_text(json.dumps(result, indent=1))
+    message = f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% greedy"
+    if run.eval_samples > 1:
+        sampled = evaluate(samples=run.eval_samples, temperature=run.eval_temperature)
+        out.with_name(out.stem + "_sampled.json").write_text(json.dumps(sampled, indent=1))
+        result = {**result, "sampled": sampled}
+        message += f", {100 * sampled['overall']['accuracy']:.1f}% sampled (T={run.eval_temperature})"
     seconds[label] = time.time() - started
-    print(f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% on {len(rows)} prompts")
+    print(f"{message} on {len(rows)} prompts")
     return result
 
 

@@ -54,6 +54,11 @@ class RunConfig:
         metadata={"help": "Greedy held-out evaluation before and after training, written to report.md."},
     )
     eval_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of each evaluation answer."})
+    eval_samples: int = field(
+        default=0,
+        metadata={"help": "With evaluate: also this many samples per prompt (avg@k, pass@k); 0 = greedy only."},
+    )
+    eval_temperature: float = field(default=1.0, metadata={"help": "Temperature of the sampled evaluation."})
 
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}

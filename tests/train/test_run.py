@@ -107,8 +107,11 @@ def test_lora_run_saves_an_adapter(settings):
 
 
 def test_evaluate_before_and_after_writes_a_report(settings):
-    run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2})
+    run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2, "eval_samples": 3})
     before = json.loads((run_dir / "eval_before.json").read_text())
     assert before["overall"]["n"] == 4 and before["group"] == "people" and set(before["per_group"]) == {"3"}
     report = (run_dir / "report.md").read_text()
     assert "| 3 | 4 |" in report and "accuracy before" in report and "Wall time" in report
+    sampled = json.loads((run_dir / "eval_after_sampled.json").read_text())
+    assert (sampled["samples"], sampled["temperature"], sampled["overall"]["n"]) == (3, 1.0, 4)
+    assert "3 samples per prompt at T=1.0" in report and "| 3 | " in report.split("pass@3 before")[1]
