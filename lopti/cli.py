@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data_seed", type=int, help="seed of the generated held-out set (default 0)")
     evaluate.add_argument("--batch_size", type=int, help="prompts per generate call (default 64)")
     evaluate.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    evaluate.add_argument("--backend", help="auto (vLLM when installed and a GPU is present) or hf (default auto)")
     evaluate.add_argument("--out", help="results folder (default evals/MODEL-TASK-Kx-TT)")
     evaluate.set_defaults(run=_eval)
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lopti.train.evaluate import judge_rows, summarise
+from lopti.train.evaluate import judge_rows, load_vllm, summarise
 from lopti.train.models import load_model, load_tokenizer, resolve_model
 from lopti.train.settings import RunConfig
 from lopti.train.tasks import get_task
@@ -36,11 +36,14 @@ class EvalConfig:
     max_new_tokens: int = 512
     batch_size: int = 64
     seed: int = 0
+    backend: str = "auto"  # auto: vLLM when installed and a GPU is present, else 🤗 generate; hf: always 🤗
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""
         if self.samples < 1 or self.n < 1:
             raise ValueError(f"samples and n must be at least 1, got samples={self.samples}, n={self.n}")
+        if self.backend not in ("auto", "hf"):
+            raise ValueError(f"backend must be auto or hf, got {self.backend!r}")
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(f"samples={self.samples} needs a temperature above 0 (greedy samples are all equal)")
 
@@ -123,7 +126,7 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
     done = {r["id"] for r in records}
     todo = [(index, r) for index, r in enumerate(rows) if r["id"] not in done]
     if todo:
-        model = load_model(model_path)
+        model = (load_vllm(model_path, config.seed) if config.backend != "hf" else None) or load_model(model_path)
         from tqdm.auto import tqdm
 
         with (out / "records.jsonl").open("a") as handle, tqdm(total=len(rows), initial=len(done), desc="eval") as bar:

@@ -31,7 +31,12 @@ def generate(
     batch_size: int = 64,
     seed: int = 0,
 ) -> list[list[tuple[str, list[int]]]]:
-    """Return, per prompt, `samples` (text, ids) completions; temperature 0 is greedy decoding."""
+    """Return, per prompt, `samples` (text, ids) completions; temperature 0 is greedy decoding.
+
+    `model` is a 🤗 causal LM, or a vLLM `LLM` (see `load_vllm`), which then does the decoding.
+    """
+    if is_vllm(model):
+        return generate_vllm(model, prompts, samples, temperature, max_new_tokens, seed)
     tokenizer.padding_side = "left"
     torch.manual_seed(seed)
     model.eval()
@@ -53,6 +58,33 @@ def generate(
             ids = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
             outputs.append((tokenizer.decode(ids, skip_special_tokens=True), ids))
     return [outputs[i * samples : (i + 1) * samples] for i in range(len(prompts))]
+
+
+def is_vllm(model) -> bool:
+    """Return True for a vLLM engine (`vllm.LLM`) rather than a 🤗 model."""
+    return type(model).__module__.split(".")[0] == "vllm"
+
+
+def load_vllm(model_path: str, seed: int = 0):
+    """Return a vLLM engine for `model_path` when vLLM is installed and a GPU is present, else None."""
+    try:
+        import vllm
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return vllm.LLM(model=model_path, seed=seed)
+
+
+def generate_vllm(
+    llm, prompts: list[str], samples: int, temperature: float, max_new_tokens: int, seed: int
+) -> list[list[tuple[str, list[int]]]]:
+    """Return, per prompt, `samples` (text, ids) completions decoded by vLLM (ids end with EOS if it stopped)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(n=samples, temperature=temperature, max_tokens=max_new_tokens, seed=seed)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return [[(o.text, list(o.token_ids)) for o in output.outputs] for output in outputs]
 
 
 def prompt_text(prompt: str | list[dict], tokenizer) -> str:
