@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 MANIFEST = "lopti_manifest.json"
@@ -141,8 +142,17 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
 }
 
 
+def warm_start_key() -> str:
+    """Return a short hash of the warm-start settings: another warm start is another cache entry."""
+    from lopti.train.warmstart import WarmStartConfig
+
+    settings = json.dumps(asdict(WARM_START or WarmStartConfig()), sort_keys=True)
+    return hashlib.sha256(settings.encode()).hexdigest()[:8]
+
+
 def embedded_model_path(name: str) -> Path:
     """Return the cached folder of embedded model `name`, building it on first use."""
     if name not in BUILDERS:
         raise ValueError(f"unknown embedded model {name!r}; choose one of {', '.join(BUILDERS)}")
-    return cached(name, BUILDERS[name])
+    entry = f"{name}-{warm_start_key()}" if name == "tiny" else name
+    return cached(entry, BUILDERS[name])

@@ -1,17 +1,25 @@
 """Warm start: a short supervised stage (TRL's SFTTrainer) that teaches a model the K&K answer format.
 
-RL needs a policy that sometimes gets puzzles right: pass@8 well above pass@1 is what gives groups a
+RL needs a policy that sometimes gets puzzles right: pass@k well above pass@1 is what gives groups a
 reward spread. The SFT targets give the answer directly after an empty think block; puzzles come only
 from training forms (`is_train_form`), so no held-out test puzzle is ever seen here.
+
+The default teacher is imperfect on purpose: it solves 70% of the puzzles and, on the rest, guesses that
+everyone is a knight. Trained on the solutions alone, the tiny model's greedy answer is already its best
+one and RL has nothing to find (configs/kk-tiny-cpu.yaml has the measurements); with the guesses, its
+greedy answer is the guess while its samples still hold the solver, as a pretrained LLM's samples hold
+answers its greedy decoding misses. RL with a verifiable reward has to find and reinforce them.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.prompts import trainer_prompt
+from lopti.tasks.kk.render import render_solution
 
 
 @dataclass
@@ -27,12 +35,25 @@ class WarmStartConfig:
     learning_rate: float = 2e-3
     batch_size: int = 32
     warmup_ratio: float = 0.05
+    guess_share: float = 0.3
+    """Share of examples labelled with the credulous guess "everyone is a knight" instead of the solution:
+    an imperfect teacher, so the warm start's samples hold answers its greedy decoding does not give."""
+
+
+def teacher_label(record: dict, guess: bool) -> str:
+    """Return the SFT answer lines: the solution, or with `guess` everyone a knight."""
+    if not guess:
+        return record["solution_text"]
+    return render_solution(record["names"], [True] * record["people"], tuple(record["roles"]))
 
 
 def sft_dataset(config: WarmStartConfig):
     """Return a prompt/completion 🤗 dataset: the prompt ends in "<think>", the completion closes it and answers."""
     from datasets import Dataset
 
+    if not 0.0 <= config.guess_share < 1.0:
+        raise ValueError(f"guess_share must be in [0, 1), got {config.guess_share}")
+    guesses = random.Random(f"{config.seed}|guess")
     records = kk_records(
         config.people,
         train=config.puzzles_per_size,
@@ -45,9 +66,10 @@ def sft_dataset(config: WarmStartConfig):
         [
             {
                 "prompt": trainer_prompt(r["prompt"], config.template),
-                "completion": f"</think>\n<answer>\n{r['solution_text']}\n</answer>",
+                "completion": f"</think>\n<answer>\n{label}\n</answer>",
             }
             for r in records
+            for label in [teacher_label(r, guesses.random() < config.guess_share)]
         ]
     ).shuffle(seed=0)
 

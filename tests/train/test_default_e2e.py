@@ -22,8 +22,9 @@ def test_shortened_default_from_an_empty_cache(tmp_path, monkeypatch):
             "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     cache = sorted(p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith("."))
-    assert cache == ["tiny-base-v2", "tiny-v2"]
-    assert embedded.is_complete(tmp_path / "cache" / "tiny-v2")
+    tiny = f"tiny-{embedded.warm_start_key()}-v{embedded.BUILD_VERSION}"
+    assert cache == [f"tiny-base-v{embedded.BUILD_VERSION}", tiny]
+    assert embedded.is_complete(tmp_path / "cache" / tiny)
     report = (out / "report.md").read_text()
     assert "| 3 | 20 |" in report and "| 4 | 20 |" in report and "| all | 40 |" in report and "Wall time" in report
     assert (out / "curves.png").is_file() and (out / "final" / "model.safetensors").is_file()
@@ -32,6 +33,6 @@ def test_shortened_default_from_an_empty_cache(tmp_path, monkeypatch):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 4
     # a second run reuses the cache: nothing is rebuilt
-    stamp = (tmp_path / "cache" / "tiny-v2" / "model.safetensors").stat().st_mtime_ns
+    stamp = (tmp_path / "cache" / tiny / "model.safetensors").stat().st_mtime_ns
     assert main([*argv[:-1], str(tmp_path / "run2")]) == 0
-    assert (tmp_path / "cache" / "tiny-v2" / "model.safetensors").stat().st_mtime_ns == stamp
+    assert (tmp_path / "cache" / tiny / "model.safetensors").stat().st_mtime_ns == stamp

@@ -67,3 +67,13 @@ def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
 def test_unknown_embedded_name():
     with pytest.raises(ValueError, match="unknown embedded model 'huge'"):
         embedded.embedded_model_path("huge")
+
+
+def test_another_warm_start_is_another_cache_entry(monkeypatch):
+    from lopti.train.warmstart import WarmStartConfig
+
+    default = embedded.warm_start_key()
+    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig())
+    assert embedded.warm_start_key() == default
+    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(guess_share=0.25))
+    assert embedded.warm_start_key() != default
