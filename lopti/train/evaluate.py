@@ -38,26 +38,34 @@ def generate(
     if is_vllm(model):
         return generate_vllm(model, prompts, samples, temperature, max_new_tokens, seed)
     tokenizer.padding_side = "left"
-    torch.manual_seed(seed)
     model.eval()
     flat = [p for p in prompts for _ in range(samples)]
     outputs: list[tuple[str, list[int]]] = []
-    for start in range(0, len(flat), batch_size):
-        batch = tokenizer(
-            flat[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
-        ).to(model.device)
-        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
-        generated = model.generate(
-            **batch,
-            max_new_tokens=max_new_tokens,
-            do_sample=temperature > 0,
-            pad_token_id=tokenizer.pad_token_id,
-            **{k: v for k, v in sampling.items() if k != "do_sample"},
-        )[:, batch["input_ids"].shape[1] :]
-        for row in generated.tolist():
-            ids = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
-            outputs.append((tokenizer.decode(ids, skip_special_tokens=True), ids))
+    with torch.random.fork_rng():  # evaluating must not move the trainer's random stream
+        torch.manual_seed(seed)
+        for start in range(0, len(flat), batch_size):
+            outputs += _decode_batch(model, tokenizer, flat[start : start + batch_size], temperature, max_new_tokens)
     return [outputs[i * samples : (i + 1) * samples] for i in range(len(prompts))]
+
+
+def _decode_batch(
+    model, tokenizer, texts: list[str], temperature: float, max_new_tokens: int
+) -> list[tuple[str, list[int]]]:
+    """Return (text, ids) for each prompt of one batch, cut after the first end-of-sequence token."""
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    sampling = dict(temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
+    generated = model.generate(
+        **batch,
+        max_new_tokens=max_new_tokens,
+        do_sample=temperature > 0,
+        pad_token_id=tokenizer.pad_token_id,
+        **sampling,
+    )[:, batch["input_ids"].shape[1] :]
+    outputs = []
+    for row in generated.tolist():
+        ids = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+        outputs.append((tokenizer.decode(ids, skip_special_tokens=True), ids))
+    return outputs
 
 
 def is_vllm(model) -> bool:

@@ -84,3 +84,21 @@ def test_cli_eval_math_from_a_recipe(tiny_model_dir, tmp_path, capsys):
     result = json.loads((out / "eval.json").read_text())
     assert result["group"] == "level" and result["per_group"]["3"]["n"] == 2
     assert json.loads((out / "settings.json").read_text())["template"] == "raw"
+
+
+def test_sampled_evaluation_leaves_the_trainers_random_stream_alone(tiny_model_dir):
+    import torch
+
+    from lopti.train.evaluate import generate
+    from lopti.train.models import load_model, load_tokenizer
+
+    model, tokenizer = load_model(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first = generate(model, tokenizer, ["(1) Aaron:", "(2) Abigail:"], samples=2, temperature=1.0, max_new_tokens=4)
+    assert torch.equal(torch.rand(3), expected)  # as if nothing had been sampled
+    assert (
+        generate(model, tokenizer, ["(1) Aaron:", "(2) Abigail:"], samples=2, temperature=1.0, max_new_tokens=4)
+        == first
+    )
