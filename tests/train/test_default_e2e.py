@@ -28,8 +28,9 @@ def test_shortened_default_from_an_empty_cache(tmp_path, monkeypatch):
     report = (out / "report.md").read_text()
     assert "| 3 | 20 |" in report and "| 4 | 20 |" in report and "| all | 40 |" in report and "Wall time" in report
     assert (out / "curves.png").is_file() and (out / "final" / "model.safetensors").is_file()
-    after = json.loads((out / "eval_after.json").read_text())
-    assert after["overall"]["n"] == 40 and after["overall"]["format_error"] < 0.5  # the warm start taught the format
+    before = json.loads((out / "eval_before.json").read_text())
+    assert before["overall"]["n"] == 40 and before["overall"]["format_error"] < 0.5  # the warm start taught the format
+    assert json.loads((out / "eval_after.json").read_text())["overall"]["n"] == 40
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(steps) == 4
     # a second run reuses the cache: nothing is rebuilt

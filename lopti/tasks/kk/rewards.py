@@ -110,13 +110,16 @@ def strict_score(text: str, names: list[str], solution: list[bool], roles: Roles
 
 
 def partial_score(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
-    """Return the share of people given exactly their right role, when format and role count are right."""
+    """Return the share of people given exactly their right role, when the format is right and every person
+    is named with one role (else 0: an answer that drops a name must not keep the other roles' credit)."""
     try:
         answer = strict_answer(text)
         if not answer or _role_word_count(answer, roles) != len(names):
             return 0.0
-        right = sum(_roles_given(n, answer, roles) == [k] for n, k in zip(names, solution, strict=True))
-        return right / len(names)
+        given = [_roles_given(n, answer, roles) for n in names]
+        if any(len(g) != 1 for g in given):
+            return 0.0
+        return sum(g == [k] for g, k in zip(given, solution, strict=True)) / len(names)
     except Exception:
         return 0.0
 

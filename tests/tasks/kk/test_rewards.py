@@ -38,9 +38,10 @@ GOLDEN = [
         text("(1) Ann is a knight\n(2) Ann is a knight\n(3) Cy is a knight"),
         -1.0,
         -1.0,
-        1 / 3,  # Cy alone is right: partial, never full, credit
+        0.0,  # Bob is never named: no partial credit either
         0.0,
     ),  # duplicated name
+    (text("(1) Ann is a knight\n(2) Bob is a knave\n(3) is a knight"), -1.0, -1.0, 0.0, 0.0),  # a name dropped
     (text("see above", think=f"<think>{RIGHT}</think>"), -1.0, -1.0, 0.0, 0.0),  # roles only outside <answer>
     (text("Ann is a knight or a knave, Bob is a knave, Cy is a knight"), -1.0, -1.0, 0.0, 0.0),
 ]
