@@ -22,6 +22,7 @@ from lopti.core.isolation import (
 )
 from lopti.core.kl import KL_ESTIMATORS, kl_penalty
 from lopti.core.loss import clipped_policy_loss
+from lopti.core.objective import ObjectiveTerms, token_objective
 from lopti.core.reweight import ar_weights, reweight_advantages
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ESTIMATORS",
     "KL_ESTIMATORS",
     "ORDERS",
+    "ObjectiveTerms",
     "aggregate_loss",
     "ar_weights",
     "clipped_policy_loss",
@@ -48,4 +50,5 @@ __all__ = [
     "reweight_advantages",
     "rloo_advantages",
     "token_advantages",
+    "token_objective",
 ]

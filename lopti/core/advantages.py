@@ -41,11 +41,12 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = EPS) -> torch.Tensor:
     """Return Â_i = (r_i − mean(r)) / (std(r) + eps) per group, std unbiased (PAPER.md §2).
 
-    A singleton group uses mean 0 and std 1, so its advantage is its reward, as in the authors' code.
+    A singleton group has no spread to measure: it uses mean 0 and std 1, so its advantage is
+    r / (1 + eps), as in the authors' code.
     """
     grouped = _groups(rewards, group_size)
     if group_size == 1:
-        return grouped.view(-1).clone()
+        return (grouped / (1.0 + eps)).view(-1)
     mean = grouped.mean(dim=1, keepdim=True)
     std = grouped.std(dim=1, keepdim=True)
     return ((grouped - mean) / (std + eps)).view(-1)

@@ -8,7 +8,7 @@ From one batch of rollouts it measures, with every other setting fixed:
   positive-advantage tokens whose probability rose; the mirror for negative ones);
 - Proposition 4.2 per token: ‖∂(−log π)/∂z‖ at the logits and ‖∂(−log π)/∂h‖ at the last hidden state
   (the unembedding's input) against their bounds in (1 − π).
-The loss is lopti.core's clipped surrogate with token-mean over the batch, as in training.
+The loss is the training objective (lopti.core.objective, without KL), token-mean over the whole batch.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from tqdm.auto import tqdm
 from lopti.core.advantages import token_advantages
 from lopti.core.bound import grad_norm_bounds, logit_grad_norm
 from lopti.core.buckets import QUARTILES, bucket_labels, bucket_shares, check_edges, probability_buckets
-from lopti.core.isolation import isolate_advantages, phase_masks
-from lopti.core.loss import clipped_policy_loss
-from lopti.core.reweight import reweight_advantages
+from lopti.core.objective import token_objective
 from lopti.diagnostics.rollouts import Rollouts
 
 OPTIMIZERS = ("sgd", "adamw")
-METHODS = ("grpo", "ar", "lopti", "ar+lopti")
+# Each compared method as (AR on, Lopti on): AR uses the config's alpha, Lopti takes one step per phase.
+METHODS = {"grpo": (False, False), "ar": (True, False), "lopti": (False, True), "ar+lopti": (True, True)}
 SCATTER_POINTS = 4000  # tokens kept for the gradient-vs-π figure
 
 
@@ -46,7 +45,7 @@ class ProbeConfig:
     eps_high: float = 0.24
     dual_clip: float = 10.0
     micro_batch: int = 4
-    methods: tuple[str, ...] = field(default=METHODS)
+    methods: tuple[str, ...] = field(default=tuple(METHODS))
     # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
     # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
     dtype: str = "float64"
@@ -109,25 +108,36 @@ def token_logprobs(model, batch: Batch, temperature: float, micro_batch: int) ->
     return torch.cat(parts)
 
 
+@dataclass(frozen=True)
+class Update:
+    """One compared update: the advantages it starts from, its AR α (0 = off) and whether Lopti splits it."""
+
+    advantages: torch.Tensor
+    alpha: float = 0.0
+    lopti: bool = False
+
+
 def policy_gradient(
-    model, batch: Batch, old: torch.Tensor, advantages: torch.Tensor, temperature: float, config
+    model, batch: Batch, old: torch.Tensor, update: Update, phase: int | None, temperature: float, config
 ) -> float:
-    """Accumulate the gradient of the token-mean clipped surrogate into .grad; return its norm."""
+    """Accumulate the gradient of the token-mean objective (lopti.core, no KL) into .grad; return its norm."""
     model.zero_grad(set_to_none=True)
     count = batch.mask.sum()
     for rows in _micro(batch, config.micro_batch):
         logits = _logits(model, batch, rows, temperature)
         logp = torch.log_softmax(logits, -1).gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1)
-        per_token, _ = clipped_policy_loss(
-            logp, old[rows], advantages[rows], batch.mask[rows], config.eps_low, config.eps_high, config.dual_clip
-        )
-        (per_token.sum() / count).backward()
+        terms = token_objective(
+            logp, old[rows], update.advantages[rows], batch.mask[rows],
+            alpha=update.alpha, phase=phase, eta=config.eta,
+            eps_low=config.eps_low, eps_high=config.eps_high, dual_clip=config.dual_clip,
+        )  # fmt: skip
+        (terms.policy.sum() / count).backward()
     squares = [p.grad.double().square().sum() for p in model.parameters() if p.grad is not None]
     return math.sqrt(sum(squares)) if squares else 0.0
 
 
-def updated_logprobs(model, state, batch, old, phases, temperature, config) -> tuple[torch.Tensor, list[float]]:
-    """Restore `state`, take one optimizer step per advantage tensor in `phases`; return new log π and norms."""
+def updated_logprobs(model, state, batch, old, update: Update, temperature, config) -> tuple[torch.Tensor, list[float]]:
+    """Restore `state`, take one optimizer step (one per Lopti phase); return the new log π and gradient norms."""
     model.load_state_dict(state)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = (
@@ -136,8 +146,8 @@ def updated_logprobs(model, state, batch, old, phases, temperature, config) -> t
         else torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     )
     norms = []
-    for advantages in phases:
-        norms.append(policy_gradient(model, batch, old, advantages, temperature, config))
+    for phase in (0, 1) if update.lopti else (None,):
+        norms.append(policy_gradient(model, batch, old, update, phase, temperature, config))
         optimizer.step()
     return token_logprobs(model, batch, temperature, config.micro_batch), norms
 
@@ -274,21 +284,13 @@ def run_probe(model, rollouts: Rollouts, pad_id: int, config: ProbeConfig | None
         result.update(grad_norm=None, delta_pi=None)
         return result
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    variants: dict[str, list[torch.Tensor]] = {
-        f"only {label}": [advantages * (index == k)] for k, label in enumerate(labels)
-    }
-    low, high = phase_masks(old, batch.mask, config.eta)
-    reweighted = reweight_advantages(advantages, old, config.alpha)
-    choices = {
-        "grpo": [advantages],
-        "ar": [reweighted],
-        "lopti": [isolate_advantages(advantages, low), isolate_advantages(advantages, high)],
-        "ar+lopti": [isolate_advantages(reweighted, low), isolate_advantages(reweighted, high)],
-    }
-    variants.update({m: choices[m] for m in config.methods})
+    variants = {f"only {label}": Update(advantages * (index == k)) for k, label in enumerate(labels)}
+    for method in config.methods:
+        uses_ar, uses_lopti = METHODS[method]
+        variants[method] = Update(advantages, config.alpha if uses_ar else 0.0, uses_lopti)
     grad_norm, delta_pi = {}, {}
-    for name, phases in tqdm(variants.items(), desc="probe updates", leave=False):
-        new, norms = updated_logprobs(model, state, batch, old, phases, temperature, config)
+    for name, update in tqdm(variants.items(), desc="probe updates", leave=False):
+        new, norms = updated_logprobs(model, state, batch, old, update, temperature, config)
         grad_norm[name] = norms[0] if len(norms) == 1 else norms
         delta = (new.double().exp() - old.double().exp())[batch.mask]
         delta_pi[name] = delta_breakdown(delta, index[batch.mask], advantages[batch.mask], labels)

@@ -59,6 +59,14 @@ class LoptiGRPOConfig(GRPOConfig):
         default="k3",
         metadata={"help": "KL penalty estimator when beta > 0: 'k1', 'k2' or 'k3' (low-var KL)."},
     )
+    use_bias_correction_kl: bool = field(
+        default=False,
+        metadata={
+            "help": "Multiply the KL term by π/π_old (TRL's DeepSeek-V3.2 correction, which changes the KL gradient "
+            "even on-policy). Off by default, unlike GRPOConfig: the paper's KL (PAPER.md §2) and the authors' "
+            "are the plain estimate."
+        },
+    )
     probability_buckets: list[float] = field(
         default_factory=lambda: list(QUARTILES),
         metadata={

@@ -4,8 +4,9 @@ TRL keeps everything it does well (generation, vLLM, rewards, distribution, logg
 three private methods, each marked below and guarded by tests/train/test_trl_contract.py:
 - `_calculate_rewards`: remembers the rewards, for lopti's advantage estimators;
 - `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
-- `_compute_loss`: the loss is `lopti.core`'s clipped surrogate with AR weights, the Lopti phase mask,
-  optional dual clip and a KL penalty masked to the phase's tokens.
+- `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
+  surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
+  only TRL's plumbing: log-probs, the `loss_type` aggregation, vLLM importance ratios, logging.
 """
 
 from __future__ import annotations
@@ -17,17 +18,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from lopti.core import (
-    aggregate_loss,
-    ar_weights,
-    clipped_policy_loss,
-    isolate_advantages,
-    kl_penalty,
-    lopti_phase,
-    low_prob_mask,
-    phase_masks,
-    token_advantages,
-)
+from lopti.core import aggregate_loss, lopti_phase, low_prob_mask, token_advantages, token_objective
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.train.config import LoptiGRPOConfig
 
@@ -120,7 +111,7 @@ class LoptiGRPOTrainer(GRPOTrainer):
         cycle_step = self._step % (self.args.steps_per_generation * self.num_iterations)
         return lopti_phase(cycle_step, self.args.steps_per_generation)
 
-    # --- TRL override 3: the loss, from lopti.core.
+    # --- TRL override 3: the loss is lopti.core's objective; what stays here is TRL's plumbing.
     def _compute_loss(self, model, inputs):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
@@ -132,47 +123,42 @@ class LoptiGRPOTrainer(GRPOTrainer):
         # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
-
         advantages = inputs["advantages"]
         advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
-        weights = ar_weights(old_logps, self.args.ar_alpha)
-        advantages = advantages * weights
-        advantages_before_isolation = advantages
-        active = mask.bool()
-        phase = self.lopti_phase() if self.args.lopti else 0
-        if self.args.lopti:
-            active = phase_masks(old_logps, mask, self.args.lopti_eta, self.args.lopti_order)[phase]
-            advantages = isolate_advantages(advantages, active)
-
-        per_token, clip_metrics = clipped_policy_loss(
-            logps, old_logps, advantages, mask, self.epsilon_low, self.epsilon_high, self.args.dual_clip
-        )
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            per_token = per_token * inputs["importance_sampling_ratio"]
-        if self.beta != 0.0:
-            kl = kl_penalty(logps, inputs["ref_per_token_logps"], self.args.kl_estimator, mask=active)
-            if self.args.use_bias_correction_kl:
-                kl = kl * torch.exp(logps - old_logps)
-            per_token = per_token + self.beta * kl
-
-        loss = self._aggregate(per_token, mask, inputs)
-        if self.args.entropy_coef != 0.0:
-            entropy = aggregate_loss(entropies, active) if active.any() else entropies.sum() * 0.0
-            loss = loss - self.args.entropy_coef * entropy / self._accumulation()
-        loss = self._guard_nonfinite(loss, logps)
-        self._log_step_metrics(
+        phase = self.lopti_phase() if self.args.lopti else None
+        terms = token_objective(
             logps,
             old_logps,
-            entropies,
+            advantages,
             mask,
-            active,
-            weights,
-            clip_metrics,
-            loss,
-            phase,
-            kl if self.beta != 0.0 else None,
+            alpha=self.args.ar_alpha,
+            phase=phase,
+            eta=self.args.lopti_eta,
+            order=self.args.lopti_order,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            dual_clip=self.args.dual_clip,
+            ref_logprobs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
+            kl_estimator=self.args.kl_estimator,
+            entropies=entropies if self.args.entropy_coef != 0.0 else None,
         )
-        self._log_probability_metrics(logps, old_logps, mask, active, advantages_before_isolation, phase)
+
+        per_token = terms.policy
+        # TRL's correction for vLLM sampling with other numerics than training; the paper has none, so
+        # the paper's recipes turn it off (docs/trainer.md).
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        kl = terms.kl
+        if kl is not None:
+            if self.args.use_bias_correction_kl:  # TRL's option; LoptiGRPOConfig defaults it to the paper's off
+                kl = kl * torch.exp(logps - old_logps)
+            per_token = per_token + self.beta * kl
+        loss = self._aggregate(per_token, mask, inputs)
+        if terms.entropy is not None:
+            loss = loss - self.args.entropy_coef * terms.entropy / self._accumulation()
+        loss = self._guard_nonfinite(loss, logps)
+        self._log_step_metrics(logps, old_logps, entropies, mask, terms, loss, phase, kl)
+        self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
         return loss
 
     def _accumulation(self) -> float:
@@ -204,7 +190,7 @@ class LoptiGRPOTrainer(GRPOTrainer):
             )
         return torch.zeros((), device=logps.device, requires_grad=True)  # no gradient reaches the model
 
-    def _log_step_metrics(self, logps, old_logps, entropies, mask, active, weights, clip_metrics, loss, phase, kl):
+    def _log_step_metrics(self, logps, old_logps, entropies, mask, terms, loss, phase, kl):
         mode = "train" if self.model.training else "eval"
         valid = mask.bool()
 
@@ -217,11 +203,11 @@ class LoptiGRPOTrainer(GRPOTrainer):
             mean_of(low_prob_mask(old_logps, mask, self.args.lopti_eta).float())
         )
         if self.args.ar_alpha > 0:
-            metrics["ar/weight_mean"].append(mean_of(weights))
-        for name, value in clip_metrics.items():
+            metrics["ar/weight_mean"].append(mean_of(terms.weights))
+        for name, value in terms.metrics.items():
             metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
         if kl is not None:
-            metrics["kl"].append(mean_of(kl, active))
+            metrics["kl"].append(mean_of(kl, terms.active))
         name = f"lopti/phase{phase + 1}_loss" if self.args.lopti else "policy_loss"
         metrics[name].append(self.accelerator.gather(loss.detach()).nanmean().item())
 

@@ -21,9 +21,11 @@ def test_grpo_hand_computed():
     assert torch.equal(adv[4:], torch.zeros(4))
 
 
-def test_grpo_singleton_group_keeps_reward():
-    rewards = torch.tensor([3.0, -1.0, 0.5])
-    assert torch.equal(grpo_advantages(rewards, 1), rewards)
+def test_singleton_groups_use_mean_zero_and_std_one_like_the_authors():
+    rewards = torch.tensor([3.0, -1.0, 0.5], dtype=torch.float64)
+    # the authors' (r − 0) / (1 + 1e-6): 3 becomes 2.999997000003, not 3
+    expected = torch.tensor([3 / 1.000001, -1 / 1.000001, 0.5 / 1.000001], dtype=torch.float64)
+    torch.testing.assert_close(grpo_advantages(rewards, 1), expected, rtol=1e-15, atol=0)
     assert torch.equal(dr_grpo_advantages(rewards, 1), rewards)
     assert torch.equal(rloo_advantages(rewards, 1), rewards)
 

@@ -1,3 +1,5 @@
+from dataclasses import fields
+
 import pytest
 
 from lopti.train.config import LoptiGRPOConfig
@@ -12,6 +14,14 @@ def config(**overrides):
 def test_defaults_are_plain_grpo():
     c = config()
     assert (c.ar_alpha, c.lopti, c.advantage_estimator, c.dual_clip) == (0.0, False, None, None)
+
+
+def test_setting_only_beta_gives_the_papers_kl():
+    # GRPOConfig's default use_bias_correction_kl=True would multiply the k3 KL by π/π_old.
+    c = config(beta=0.04)
+    assert (c.kl_estimator, c.use_bias_correction_kl) == ("k3", False)
+    help_text = next(f.metadata["help"] for f in fields(LoptiGRPOConfig) if f.name == "use_bias_correction_kl")
+    assert "Off by default" in help_text and "PAPER.md §2" in help_text
 
 
 def test_valid_lopti_setup():

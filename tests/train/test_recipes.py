@@ -34,6 +34,23 @@ def test_paper_recipes_match_paper_section_7():
         assert (recipe["ar_alpha"], recipe["lopti_eta"], recipe["max_completion_length"]) == (0.3, 0.5, 4096)
 
 
+PAPER_RECIPES = ("kk-qwen2.5-3b.yaml", "kk-qwen2.5-7b-1m.yaml", "math-qwen2.5-7b.yaml")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.name for p in RECIPES])
+def test_vllm_recipes_decide_on_importance_sampling(recipe, tmp_path):
+    # The paper has no vLLM-vs-trainer importance ratio; TRL's default (on) rescales or masks the policy
+    # loss, so every vLLM recipe states its choice and the paper's recipes turn it off.
+    recipe_settings = yaml.safe_load(recipe.read_text())
+    if not recipe_settings.get("use_vllm"):
+        assert recipe.name not in PAPER_RECIPES, "the paper's recipes sample with vLLM"
+        return
+    assert "vllm_importance_sampling_correction" in recipe_settings, "a vLLM recipe must choose"
+    settings = resolve(recipe, {**CPU_OVERRIDES, "output_dir": str(tmp_path)}, defaults={})
+    args = LoptiGRPOConfig(**split(settings)[1])
+    assert args.vllm_importance_sampling_correction is (recipe.name not in PAPER_RECIPES)
+
+
 def test_deepspeed_config_is_zero3():
     config = yaml.safe_load((CONFIGS / "accelerate" / "deepspeed_zero3.yaml").read_text())
     assert config["distributed_type"] == "DEEPSPEED" and config["deepspeed_config"]["zero_stage"] == 3

@@ -50,8 +50,8 @@ def logged(trainer, key):
     "settings",
     [
         dict(loss_type="dapo", beta=0.0),
-        dict(loss_type="grpo", beta=0.04),
-        dict(loss_type="bnpo", beta=0.04, gradient_accumulation_steps=2),
+        dict(loss_type="grpo", beta=0.04, use_bias_correction_kl=False),  # the paper's KL, lopti's default
+        dict(loss_type="bnpo", beta=0.04, use_bias_correction_kl=True, gradient_accumulation_steps=2),  # TRL's
         dict(loss_type="dr_grpo", beta=0.0, num_iterations=2),
     ],
     ids=["dapo", "grpo+kl", "bnpo+accumulation", "dr_grpo+two-passes"],
@@ -70,6 +70,13 @@ def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts
         torch.testing.assert_close(q, p, atol=1e-5, rtol=0)
 
 
+def one_batch(trainer, prompts):
+    """Return one prepared training batch, for tests that call the loss directly."""
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train()
+    return trainer._prepare_inputs([prompts[i] for i in range(4) for _ in range(4)])
+
+
 class Probe(LoptiGRPOTrainer):
     """Records, per micro-step, the phase, π_old, the gradient w.r.t. the token log-probs and the weights."""
 
@@ -81,7 +88,7 @@ class Probe(LoptiGRPOTrainer):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if logps.requires_grad:
             logps.retain_grad()
-            self._probe_logps = logps
+            self._probe_logps, self._probe_entropies = logps, entropies
         return logps, entropies, aux
 
     def _compute_loss(self, model, inputs):
@@ -148,9 +155,7 @@ def test_high_first_reverses_the_order(peaked_model_dir, kk_prompts, tmp_path):
 
 def test_ar_gradient_is_the_weight_times_the_plain_gradient(tiny_model_dir, kk_prompts, tmp_path):
     trainer = make(Probe, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); this test calls the loss directly
-    batch = trainer._prepare_inputs([kk_prompts[i] for i in range(4) for _ in range(4)])
+    batch = one_batch(trainer, kk_prompts)
     alpha = 0.6
     grads = {}
     for value in (0.0, alpha):
@@ -162,6 +167,48 @@ def test_ar_gradient_is_the_weight_times_the_plain_gradient(tiny_model_dir, kk_p
     weight = alpha * old.exp() + 1 - alpha
     assert grads[0.0].abs().sum() > 0
     torch.testing.assert_close(grads[alpha], weight * grads[0.0])
+
+
+def test_entropy_bonus_under_lopti_is_divided_by_every_response_token(peaked_model_dir, kk_prompts, tmp_path):
+    # The authors mask the entropy to the phase's tokens but keep the policy term's denominator (all
+    # response tokens), so the bonus is Σ H·[phase] / #tokens, not the phase's own token mean.
+    trainer = make(
+        Probe, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path,
+        max_steps=1, lopti=True, num_iterations=2, loss_type="bnpo",
+    )  # fmt: skip
+    batch = one_batch(trainer, kk_prompts)
+    assert trainer.lopti_phase() == 0
+    losses = {}
+    for coef in (0.0, 0.5):
+        trainer.args.entropy_coef = coef
+        losses[coef] = trainer.compute_loss(trainer.model, batch).item()
+    mask = batch["completion_mask"].bool()
+    low = mask & (batch["old_per_token_logps"] < math.log(0.5))
+    assert 0 < low.sum() < mask.sum(), "the test needs both token groups"
+    entropies = trainer._probe_entropies.detach()
+    expected = -0.5 * (entropies * low).sum().item() / mask.sum().item()
+    assert losses[0.5] - losses[0.0] == pytest.approx(expected, rel=1e-4)
+
+
+def test_default_kl_is_the_papers_k3_without_a_ratio_factor(tiny_model_dir, kk_prompts, tmp_path):
+    # With only the KL term left, d loss / d log π = β (1 − π_ref/π) / #tokens for the paper's k3; TRL's
+    # bias correction (× π/π_old) would add β·k3 / #tokens. A reference 0.5 above log π makes them differ.
+    trainer = make(
+        Probe, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1, beta=0.04, loss_type="bnpo"
+    )
+    batch = one_batch(trainer, kk_prompts)
+    batch["advantages"] = torch.zeros_like(batch["advantages"])
+    trainer.compute_loss(trainer.model, batch)
+    batch["ref_per_token_logps"] = trainer._probe_logps.detach() + 0.5
+    trainer.model.zero_grad()
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    mask = batch["completion_mask"].float()
+    log_ref_over_pi = batch["ref_per_token_logps"] - trainer._probe_logps.detach()
+    k3 = log_ref_over_pi.exp() - log_ref_over_pi - 1.0
+    assert loss.item() == pytest.approx(0.04 * (k3 * mask).sum().item() / mask.sum().item(), rel=1e-5)
+    expected = 0.04 * (1.0 - log_ref_over_pi.exp()) * mask / mask.sum()
+    torch.testing.assert_close(trainer._probe_logps.grad, expected)
 
 
 def test_paper_estimator_replaces_trl_advantages(tiny_model_dir, kk_prompts, tmp_path):
