@@ -87,12 +87,6 @@ def drop_metrics_after(path: Path, step: int) -> None:
     write_atomic(path, "".join(line + "\n" for line in kept))
 
 
-def missing_outputs(run_dir: Path, evaluate: bool) -> list[str]:
-    """Return the files of a finished run that `run_dir` lacks (run.json stands for a whole final/)."""
-    names = ["run.json", *(["eval_before.json", "eval_after.json", "report.md"] if evaluate else [])]
-    return [name for name in names if not (run_dir / name).is_file()]
-
-
 def task_datasets(run: RunConfig):
     """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
     from datasets import Dataset
@@ -190,6 +184,7 @@ def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds:
 
 
 def sampled_path(out: Path) -> Path:
+    """Return where the sampled part of the evaluation saved at `out` goes."""
     return out.with_name(out.stem + "_sampled.json")
 
 

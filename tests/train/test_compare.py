@@ -66,8 +66,8 @@ def test_small_study_end_to_end(recipe, tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "grpo-s0: finished, skipped" in printed and "grpo-s1: resuming" in printed
-    assert "ar+lopti-s0: resuming" in printed and (lost_report / "report.md").is_file()
     assert sorted(p.name for p in lost_eval.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert "ar+lopti-s0: resuming" in printed and (lost_report / "report.md").is_file()
     assert [
         (run / "metrics.jsonl").read_text() + str((run / "final" / "model.safetensors").stat().st_mtime_ns)
         for run in (lost_eval, lost_report)

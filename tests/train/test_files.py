@@ -5,10 +5,12 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
+import lopti
 from lopti.cli import main
 from lopti.train.files import folder_lock, write_atomic
 
@@ -27,7 +29,7 @@ def holder(tmp_path):
     folder = tmp_path / "held"
     process = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": str(Path(lopti.__file__).parents[1])},
     )  # fmt: skip
     assert process.stdout.readline().strip() == "held"
     yield folder, process
@@ -35,7 +37,7 @@ def holder(tmp_path):
     process.wait()
 
 
-def test_second_train_or_eval_into_a_held_folder_stops_with_one_line(holder, tiny_model_dir, tmp_path, capsys):
+def test_second_train_eval_or_compare_into_a_held_folder_stops_with_one_line(holder, tiny_model_dir, tmp_path, capsys):
     folder, process = holder
     recipe = tmp_path / "recipe.yaml"
     settings = dict(model=str(tiny_model_dir), people="2", train_puzzles=8, eval_puzzles=1, num_generations=4,
@@ -45,10 +47,11 @@ def test_second_train_or_eval_into_a_held_folder_stops_with_one_line(holder, tin
     assert main(["train", "--config", str(recipe), "--output_dir", str(folder)]) == 2
     evaluate = ["eval", "--model", str(tiny_model_dir), "--people", "2", "--n", "1", "--max_new_tokens", "4"]
     assert main([*evaluate, "--out", str(folder)]) == 2
+    assert main(["compare", "--config", str(recipe), "--variants", "grpo", "--seeds", "0", "--out", str(folder)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert all(f"{folder} is in use by another lopti process (pid {process.pid})" in line for line in lines)
-    assert sorted(p.name for p in folder.iterdir()) == [".lopti.lock"]  # nothing written by either
+    assert sorted(p.name for p in folder.iterdir()) == [".lopti.lock"]  # none of them wrote anything
 
 
 def test_the_lock_dies_with_its_holder(holder):

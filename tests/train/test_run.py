@@ -176,9 +176,11 @@ def test_cli_resume_continues_with_the_runs_own_settings(settings, tmp_path, mon
     capsys.readouterr()
     assert main([*resume, "--learning_rate", "0.5"]) == 2
     assert main([*resume, "--max_steps", "2"]) == 2
+    assert main(["train", "--resume"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert "learning_rate (0.01 there, 0.5 now)" in lines[0] and "max_steps (4 there, 2 now)" in lines[1]
+    assert "--resume needs --output_dir, the run folder to continue" in lines[2]
     assert main([*resume, "--disable_tqdm", "true"]) == 0  # touches neither the weights nor the results
     assert json.loads((run_dir / "run.json").read_text())["global_step"] == 4
     assert [m["step"] for m in metric_lines(run_dir) if "loss" in m] == [1, 2, 3, 4]
