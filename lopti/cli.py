@@ -42,6 +42,7 @@ def _data_math(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace) -> None:
     import time
 
+    from lopti.train.resume import resumed_settings
     from lopti.train.run import train
     from lopti.train.settings import parse_overrides, resolve, split
 
@@ -50,9 +51,10 @@ def _train(args: argparse.Namespace) -> None:
     if not args.config and task not in DEFAULT_RECIPES:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(DEFAULT_RECIPES)}")
     config = Path(args.config) if args.config else DEFAULT_RECIPES[task]
-    if args.resume:
-        overrides["resume"] = True
-    settings = resolve(config, overrides, defaults={})
+    if args.resume:  # the run's own config.yaml, never the default recipe; train refuses changed settings
+        settings = resumed_settings(args.config, {**overrides, "resume": True})
+    else:
+        settings = resolve(config, overrides, defaults={})
     settings.setdefault("output_dir", str(Path("runs") / f"{config.stem}-{time.strftime('%Y%m%d-%H%M%S')}"))
     run, trainer_kwargs = split(settings)
     run_dir = train(run, trainer_kwargs, settings)

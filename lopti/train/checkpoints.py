@@ -1,35 +1,114 @@
 """Checkpoints that survive a kill: find the newest one that was written completely.
 
-The 🤗 Trainer writes `trainer_state.json` last in each `checkpoint-N` folder, after the model,
-optimizer, scheduler and RNG states, and only deletes older checkpoints after that. So a folder whose
-`trainer_state.json` parses is complete; a kill mid-save leaves the previous one usable.
+A `checkpoint-N` folder counts only when every file a resume reads is present and loadable: the
+trainer state, the model (or LoRA adapter) weights, the optimizer, the scheduler and the RNG states.
+A folder missing any of them would resume silently with other results (a fresh optimizer, another
+random stream), and a kill during the Trainer's save or its rotation of old checkpoints leaves such
+folders. Loadable is checked cheaply: a safetensors header must parse and cover the file, and a
+`torch.save` file (a zip archive, whose directory is written last) must open as a zip.
+
+Layouts known: one process or DDP (`optimizer.pt`), and DeepSpeed (`latest` naming a folder of
+`*_optim_states.pt` and `*_model_states.pt`, with `scheduler.pt` only when DeepSpeed does not own it).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "adapter_model.bin",
+)
 
 
-def is_complete_checkpoint(folder: Path) -> bool:
-    """Return True iff `folder` holds a fully written Trainer checkpoint."""
+def _unloadable(path: Path) -> str | None:
+    """Return why the weights or state file `path` cannot be loaded, or None when it can."""
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), "pt"):
+                return None
+        except (SafetensorError, OSError) as error:
+            return f"{path.name} is damaged ({error})"
+    if path.suffix == ".json":  # a sharded model's index: every shard it names must load
+        try:
+            shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"{path.name} is damaged"
+        missing = [name for name in shards if not (path.parent / name).is_file()]
+        if missing:
+            return f"{missing[0]} is missing"
+        return next(filter(None, (_unloadable(path.parent / name) for name in shards)), None)
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (zipfile.BadZipFile, OSError):
+        return f"{path.name} is damaged (not a whole torch.save file)"
+
+
+def _deepspeed_problem(folder: Path) -> str | None:
+    """Return what is wrong with the DeepSpeed states of `folder`, or None when they are whole."""
+    tag = (folder / "latest").read_text().strip()
+    states = sorted((folder / tag).glob("*_states.pt")) if tag and (folder / tag).is_dir() else []
+    if not any(p.name.endswith("_optim_states.pt") for p in states):
+        return f"DeepSpeed folder {tag or '?'} has no optimizer states"
+    return next(filter(None, (_unloadable(p) for p in states)), None)
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Return why `folder` cannot be resumed from (the first missing or damaged file), or None."""
     try:
         state = json.loads((folder / "trainer_state.json").read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(state, dict) and "global_step" in state
+        return "trainer_state.json is missing or damaged"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return "trainer_state.json has no global_step"
+    deepspeed = (folder / "latest").is_file()
+    weights = [name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights and not deepspeed:  # under ZeRO-3 the weights may live only in DeepSpeed's folder
+        return "no model weights (model.safetensors or an adapter) found"
+    needed = weights + ([] if deepspeed else ["optimizer.pt", "scheduler.pt"])
+    missing = [name for name in needed if not (folder / name).is_file()]
+    if missing:
+        return f"{missing[0]} is missing"
+    random_states = sorted(folder.glob("rng_state*.pth"))
+    if not random_states:
+        return "rng_state.pth is missing"
+    optional = [folder / name for name in ("scheduler.pt", "scaler.pt") if name not in needed]
+    for path in [*(folder / name for name in needed), *random_states, *(p for p in optional if p.is_file())]:
+        if problem := _unloadable(path):
+            return problem
+    return _deepspeed_problem(folder) if deepspeed else None
 
 
-def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
-    """Return the complete checkpoint with the highest step in `run_dir`, or None."""
+def checkpoint_step(folder: Path) -> int:
+    """Return the optimizer step a checkpoint folder was saved at, from its name."""
+    return int(CHECKPOINT_RE.match(folder.name).group(1))
+
+
+def last_complete_checkpoint(run_dir: str | Path, skipped: Callable[[Path, str], None] | None = None) -> Path | None:
+    """Return the complete checkpoint with the highest step in `run_dir`, or None.
+
+    Each newer checkpoint passed over is reported to `skipped` with the reason, so that a resume can
+    say which one it did not trust.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return None
-    steps = sorted((int(m.group(1)), p) for p in run_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name)))
-    for _, folder in reversed(steps):
-        if is_complete_checkpoint(folder):
+    folders = sorted((p for p in run_dir.iterdir() if p.is_dir() and CHECKPOINT_RE.match(p.name)), key=checkpoint_step)
+    for folder in reversed(folders):
+        problem = checkpoint_problem(folder)
+        if problem is None:
             return folder
+        if skipped is not None:
+            skipped(folder, problem)
     return None

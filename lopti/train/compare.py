@@ -7,7 +7,8 @@ REINFORCE++ with `advantage_estimator: reinforce_pp`). Seeds change the trainer 
 data and the held-out set stay fixed.
 
 The results folder holds compare.json (what is compared; a folder of other settings is refused),
-runs/<variant>-s<seed>/ (ordinary run folders: a finished run is skipped, an interrupted one resumed),
+runs/<variant>-s<seed>/ (ordinary run folders: a finished run is skipped, an interrupted one resumed:
+it trains only the steps it had left and writes only the outputs it lacks),
 results.json (every run's numbers), results.md (mean ± std over seeds per group, gain over the base) and
 curves.png (training curves with ± std bands).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.train.checkpoints import last_complete_checkpoint
+from lopti.train.files import LOCK_NAME, folder_lock, write_atomic
 from lopti.train.settings import resolve, split
 
 VARIANTS = ("grpo", "ar", "lopti", "ar+lopti")
@@ -63,32 +65,36 @@ def claim_folder(out: Path, identity: dict[str, Any]) -> None:
                 f"{out} holds a comparison with other settings ({', '.join(differing)} differ); "
                 "choose another --out or delete it"
             )
-    elif out.exists() and any(out.iterdir()):
+    elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
         raise ValueError(f"{out} is not empty and holds no lopti comparison; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(identity, indent=1, sort_keys=True))
+    write_atomic(path, json.dumps(identity, indent=1, sort_keys=True))
 
 
 def run_all(config: str | Path, overrides: dict[str, Any], variants: list[str], seeds: list[int], out: Path) -> None:
-    """Train and evaluate every variant × seed in `out`, skipping finished runs and resuming others."""
-    from lopti.train.run import train
+    """Train and evaluate every variant × seed in `out`, skipping finished runs and resuming others.
+
+    `out` stays locked meanwhile, so a second comparison into it stops at once.
+    """
+    from lopti.train.run import run_outputs, train
 
     base = resolve(config, overrides, defaults={})
     identity = {"base": base, "variants": variants, "seeds": seeds}
     for variant in variants:
         variant_settings(base, variant, 0)  # unknown variants fail before anything is written
-    claim_folder(out, identity)
-    for variant in variants:
-        for seed in seeds:
-            run_dir = out / "runs" / run_name(variant, seed)
-            if (run_dir / "eval_after.json").exists():
-                print(f"{run_dir.name}: finished, skipped")
-                continue
-            settings = variant_settings(base, variant, seed) | {"output_dir": str(run_dir)}
-            settings["resume"] = last_complete_checkpoint(run_dir) is not None
-            print(f"{run_dir.name}: {'resuming' if settings['resume'] else 'training'}")
-            run, trainer_kwargs = split(settings)
-            train(run, trainer_kwargs, settings)
+    with folder_lock(out):
+        claim_folder(out, identity)
+        for variant in variants:
+            for seed in seeds:
+                run_dir = out / "runs" / run_name(variant, seed)
+                if all((run_dir / name).is_file() for name in run_outputs(evaluate=True)):
+                    print(f"{run_dir.name}: finished, skipped")
+                    continue
+                settings = variant_settings(base, variant, seed) | {"output_dir": str(run_dir)}
+                settings["resume"] = last_complete_checkpoint(run_dir) is not None
+                print(f"{run_dir.name}: {'resuming' if settings['resume'] else 'training'}")
+                run, trainer_kwargs = split(settings)
+                train(run, trainer_kwargs, settings)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -122,5 +128,5 @@ def collect(out: Path) -> dict[str, Any]:
             summary[variant][group] = _mean_std([a["accuracy"] for a in after])
         summary[variant]["before"] = _mean_std([r["before"]["overall"]["accuracy"] for r in finished])
     results = {"runs": runs, "summary": summary, "group": next(iter(runs.values()))["after"]["group"] if runs else None}
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_atomic(out / "results.json", json.dumps(results, indent=1))
     return results

@@ -2,7 +2,8 @@
 
 The folder holds settings.json (what was evaluated), records.jsonl (one line per finished prompt, appended
 chunk by chunk, so an interrupted evaluation continues where it stopped), eval.json (all metrics) and
-eval.md (the table). A folder left by different settings is refused, never overwritten.
+eval.md (the table). A folder left by different settings is refused, never overwritten, and a folder
+another `lopti eval` is writing is refused too (`folder_lock`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.train.evaluate import judge_rows, load_vllm, summarise
+from lopti.train.files import LOCK_NAME, folder_lock, write_atomic
 from lopti.train.models import load_model, load_tokenizer, resolve_model
 from lopti.train.settings import RunConfig
 from lopti.train.tasks import get_task
@@ -98,10 +100,10 @@ def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
         if differing:
             details = ", ".join(f"{k}: {stored.get(k)!r} there, {wanted.get(k)!r} now" for k in differing)
             raise ValueError(f"{out} holds an evaluation with other settings ({details}); choose another --out")
-    elif out.exists() and any(out.iterdir()):
+    elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
         raise ValueError(f"{out} is not empty and holds no lopti evaluation; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    settings_path.write_text(json.dumps(wanted, indent=1))
+    write_atomic(settings_path, json.dumps(wanted, indent=1))
     if not records_path.exists():
         return []
     records = []
@@ -122,33 +124,37 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
     model_path = resolve_model(config.model)
     tokenizer = load_tokenizer(model_path)
     out = Path(out)
-    records = _claim_folder(out, config)
-    done = {r["id"] for r in records}
-    todo = [(index, r) for index, r in enumerate(rows) if r["id"] not in done]
-    if todo:
-        model = (load_vllm(model_path, config.seed) if config.backend != "hf" else None) or load_model(model_path)
-        from tqdm.auto import tqdm
+    with folder_lock(out):  # a second evaluation into `out` would append the same records twice
+        records = _claim_folder(out, config)
+        done = {r["id"] for r in records}
+        todo = [(index, r) for index, r in enumerate(rows) if r["id"] not in done]
+        if todo:
+            model = (load_vllm(model_path, config.seed) if config.backend != "hf" else None) or load_model(model_path)
+            from tqdm.auto import tqdm
 
-        with (out / "records.jsonl").open("a") as handle, tqdm(total=len(rows), initial=len(done), desc="eval") as bar:
-            for start in range(0, len(todo), chunk):
-                part = todo[start : start + chunk]
-                new = judge_rows(
-                    model,
-                    tokenizer,
-                    [row for _, row in part],
-                    task.judge,
-                    task.group,
-                    config.samples,
-                    config.temperature,
-                    config.max_new_tokens,
-                    config.batch_size,
-                    config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
-                )
-                handle.write("".join(json.dumps(r) + "\n" for r in new))
-                handle.flush()
-                records += new
-                bar.update(len(part))
-    result = summarise(records, task.group, config.samples, config.temperature)
-    (out / "eval.json").write_text(json.dumps(result, indent=1))
-    (out / "eval.md").write_text(eval_markdown(result, config))
-    return result
+            with (
+                (out / "records.jsonl").open("a") as handle,
+                tqdm(total=len(rows), initial=len(done), desc="eval") as bar,
+            ):
+                for start in range(0, len(todo), chunk):
+                    part = todo[start : start + chunk]
+                    new = judge_rows(
+                        model,
+                        tokenizer,
+                        [row for _, row in part],
+                        task.judge,
+                        task.group,
+                        config.samples,
+                        config.temperature,
+                        config.max_new_tokens,
+                        config.batch_size,
+                        config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
+                    )
+                    handle.write("".join(json.dumps(r) + "\n" for r in new))
+                    handle.flush()
+                    records += new
+                    bar.update(len(part))
+        result = summarise(records, task.group, config.samples, config.temperature)
+        write_atomic(out / "eval.json", json.dumps(result, indent=1))
+        write_atomic(out / "eval.md", eval_markdown(result, config))
+        return result

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lopti.train.files import write_atomic
+
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Return the lines of a metrics.jsonl file (empty if there is none)."""
@@ -106,5 +108,5 @@ def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], s
     if curves:
         parts += ["## Training curves", "", f"![training rewards]({curves.name})", ""]
     path = run_dir / "report.md"
-    path.write_text("\n".join(parts))
+    write_atomic(path, "\n".join(parts))  # whole or absent: a resumed run redoes a missing report
     return path

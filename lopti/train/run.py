@@ -1,11 +1,16 @@
 """`lopti train`: build the task data and rewards, the model and the trainer, and fill the run folder.
 
 A run folder holds config.yaml (the resolved settings), metrics.jsonl (one line per log), tensorboard/
-(events), checkpoint-N/ (Trainer checkpoints) and final/ (the trained model and tokenizer, HF format).
+(events), checkpoint-N/ (Trainer checkpoints), final/ (the trained model and tokenizer, HF format),
+run.json (written once final/ is whole) and, with evaluate, eval_before.json, eval_after.json and
+report.md. One process at a time writes a folder (`folder_lock`). `--resume` trains only the steps
+left after the newest complete checkpoint and then writes only the outputs that are missing, so a run
+killed at any point, finished or not, resumed any number of times, ends with the same files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -16,11 +21,13 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
-from lopti.train.checkpoints import last_complete_checkpoint
+from lopti.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.evaluate import evaluate_rows
+from lopti.train.files import folder_lock, write_atomic
 from lopti.train.models import load_model, load_tokenizer, resolve_model
 from lopti.train.report import write_report
+from lopti.train.resume import check_resume_settings
 from lopti.train.settings import RunConfig
 from lopti.train.tasks import get_task
 from lopti.train.trainer import LoptiGRPOTrainer
@@ -38,11 +45,46 @@ class MetricsLog(TrainerCallback):
                 handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
 
 
+class TrainingEnded(Exception):
+    """Raised by `StopAtMaxSteps` when a resumed run has no step left to train."""
+
+
+class StopAtMaxSteps(TrainerCallback):
+    """Stop a run resumed at max_steps before the Trainer takes a step.
+
+    transformers checks max_steps only after each optimizer step, so resuming from the last checkpoint
+    would train one step more (and overwrite final/). By the first step's start the checkpoint's
+    weights are loaded, so stopping there leaves the trainer holding the finished model.
+    """
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps:
+            raise TrainingEnded
+
+
 def drop_metrics_after(path: Path, step: int) -> None:
-    """Keep only the metric lines up to `step`, so a resumed run does not log a step twice."""
-    if path.exists():
-        kept = [line for line in path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
-        path.write_text("".join(line + "\n" for line in kept))
+    """Keep only the metric lines up to `step`, so a resumed run does not log a step twice.
+
+    A kill or a full disk can leave the last line cut short or blank: it is dropped. A damaged line
+    before the last cannot come from an interruption, so it is an error naming the file and line.
+    """
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                print(f"{path}: dropped its last line, cut short by an interruption")
+                break
+            raise ValueError(f"{path} line {number} is not valid JSON; repair or delete that line to resume") from None
+        if record.get("step", 0) <= step:
+            kept.append(line)
+    write_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def task_datasets(run: RunConfig):
@@ -105,7 +147,7 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         eval_dataset=evaluation if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config(run),
-        callbacks=[MetricsLog(run_dir / "metrics.jsonl")],
+        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps()],
     )
     trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
     return trainer
@@ -115,7 +157,7 @@ def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds:
     """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
 
     Greedy always (out); with eval_samples > 1 also sampled at eval_temperature (out with "_sampled"),
-    under "sampled" in the returned dict.
+    under "sampled" in the returned dict. `out` is written last, so its presence means both are saved.
     """
     started = time.time()
     rows = list(trainer.lopti_eval_rows)
@@ -125,52 +167,117 @@ def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds:
         max_new_tokens=run.eval_max_new_tokens,
     )  # fmt: skip
     result = evaluate()
-    out.write_text(json.dumps(result, indent=1))
     message = f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% greedy"
+    saving = trainer.is_world_process_zero()
     if run.eval_samples > 1:
         sampled = evaluate(samples=run.eval_samples, temperature=run.eval_temperature)
-        out.with_name(out.stem + "_sampled.json").write_text(json.dumps(sampled, indent=1))
-        result = {**result, "sampled": sampled}
+        if saving:
+            write_atomic(sampled_path(out), json.dumps(sampled, indent=1))
         message += f", {100 * sampled['overall']['accuracy']:.1f}% sampled (T={run.eval_temperature})"
+    if saving:
+        write_atomic(out, json.dumps(result, indent=1))
+    if run.eval_samples > 1:
+        result = {**result, "sampled": sampled}
     seconds[label] = time.time() - started
     print(f"{message} on {len(rows)} prompts")
     return result
 
 
-def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any]) -> Path:
-    """Train, and return the run folder."""
-    run_dir = Path(trainer_kwargs["output_dir"])
-    checkpoint = last_complete_checkpoint(run_dir) if run.resume else None
-    if run.resume and checkpoint is None:
+def sampled_path(out: Path) -> Path:
+    """Return where the sampled part of the evaluation saved at `out` goes."""
+    return out.with_name(out.stem + "_sampled.json")
+
+
+def saved_eval(out: Path, run: RunConfig) -> dict:
+    """Return an evaluation that `held_out_eval` saved in an earlier session of the run."""
+    result = json.loads(out.read_text())
+    return {**result, "sampled": json.loads(sampled_path(out).read_text())} if run.eval_samples > 1 else result
+
+
+def run_outputs(evaluate: bool) -> list[str]:
+    """Return the files a finished run holds besides its checkpoints, in the order they are written.
+
+    run.json stands for final/: it is written once final/ is whole.
+    """
+    return ["run.json", *(["eval_before.json", "eval_after.json", "report.md"] if evaluate else [])]
+
+
+def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Path:
+    """Return the checkpoint to resume from, after checking the settings; name each checkpoint passed over."""
+    checkpoint = last_complete_checkpoint(run_dir, skipped=lambda folder, why: print(f"{folder.name} not used: {why}"))
+    if checkpoint is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint in {run_dir}")
-    if not run.resume and last_complete_checkpoint(run_dir) is not None:
+    check_resume_settings(run_dir, settings)
+    step = checkpoint_step(checkpoint)
+    if 0 < max_steps < step:
         raise ValueError(
-            f"{run_dir} already holds checkpoints; pass --resume to continue it or pick another output_dir"
+            f"--resume: {checkpoint} is at step {step}, past max_steps {max_steps}; a run cannot be shortened"
         )
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
-    if checkpoint is not None and int(os.environ.get("RANK", "0")) == 0:
-        drop_metrics_after(run_dir / "metrics.jsonl", int(checkpoint.name.split("-")[1]))
+    ended = " (training had ended: only missing outputs are redone)" if step == max_steps else ""
+    print(f"resuming from {checkpoint.name}{ended}")
+    return checkpoint
+
+
+def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any]) -> Path:
+    """Train, and return the run folder; with run.resume, finish an interrupted or finished run (see above)."""
+    run_dir = Path(trainer_kwargs["output_dir"])
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    with folder_lock(run_dir) if main_process else contextlib.nullcontext():
+        return _train_locked(run_dir, run, trainer_kwargs, settings, main_process)
+
+
+def _train_locked(
+    run_dir: Path, run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any], main_process: bool
+) -> Path:
+    checkpoint = resume_point(run_dir, settings, int(trainer_kwargs.get("max_steps", -1))) if run.resume else None
+    if not run.resume and (last_complete_checkpoint(run_dir) is not None or (run_dir / "run.json").exists()):
+        raise ValueError(
+            f"{run_dir} already holds checkpoints or a finished run; "
+            "pass --resume to continue it or pick another output_dir"
+        )
+    todo = [name for name in run_outputs(run.evaluate) if not (run.resume and (run_dir / name).is_file())]
     seconds = {}
+    if "run.json" not in todo:
+        seconds["train"] = json.loads((run_dir / "run.json").read_text())["train_seconds"]
+    if not {"run.json", "eval_before.json", "eval_after.json"} & set(todo):  # nothing needs the model
+        if todo and main_process:
+            outputs = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
+            write_report(run_dir, *outputs, seconds)
+        print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
+        return run_dir
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
+    if main_process and checkpoint is not None:
+        drop_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(checkpoint))
+    elif main_process:
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # left by a run killed before its first checkpoint
     started = time.time()
     trainer = build_trainer(run, dict(trainer_kwargs))
     seconds["setup"] = time.time() - started
     main_process = trainer.is_world_process_zero()
-    if main_process:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True))
-    before = held_out_eval(trainer, run, run_dir / "eval_before.json", seconds, "eval before") if run.evaluate else None
-    started = time.time()
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    seconds["train"] = time.time() - started
-    trainer.save_model(str(run_dir / "final"))
-    if main_process:
-        trainer.processing_class.save_pretrained(str(run_dir / "final"))
-        summary = {
-            "train_seconds": round(seconds["train"], 1),
-            "global_step": trainer.state.global_step,
-            "processes": trainer.accelerator.num_processes,
-        }
-        (run_dir / "run.json").write_text(json.dumps(summary))
-        if before is not None:
-            after = held_out_eval(trainer, run, run_dir / "eval_after.json", seconds, "eval after")
-            write_report(run_dir, before, after, seconds)
+    if main_process and not run.resume:
+        write_atomic(run_dir / "config.yaml", yaml.safe_dump(settings, sort_keys=True))
+    if run.evaluate:
+        path = run_dir / "eval_before.json"
+        before = (
+            held_out_eval(trainer, run, path, seconds, "eval before") if path.name in todo else saved_eval(path, run)
+        )
+    if "run.json" in todo or "eval_after.json" in todo:
+        started = time.time()
+        with contextlib.suppress(TrainingEnded):  # a finished run: the trainer holds its weights, untrained
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        seconds.setdefault("train", time.time() - started)
+    if "run.json" in todo:
+        trainer.save_model(str(run_dir / "final"))
+        if main_process:
+            trainer.processing_class.save_pretrained(str(run_dir / "final"))
+            summary = {
+                "train_seconds": round(seconds["train"], 1),
+                "global_step": trainer.state.global_step,
+                "processes": trainer.accelerator.num_processes,
+            }
+            write_atomic(run_dir / "run.json", json.dumps(summary))
+    if run.evaluate and main_process:
+        path = run_dir / "eval_after.json"
+        after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
+        write_report(run_dir, before, after, seconds)
     return run_dir

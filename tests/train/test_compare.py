@@ -56,12 +56,22 @@ def test_small_study_end_to_end(recipe, tmp_path, capsys):
     assert (out / "curves.png").stat().st_size > 1000
     assert "lopti compare --config" in (out / "command.txt").read_text()
 
-    # rerun: finished runs are skipped; a run whose evaluation was lost is resumed from its checkpoint
-    (out / "runs" / "grpo-s1" / "eval_after.json").unlink()
+    # rerun: finished runs are skipped; a run that lost its evaluation or report redoes that and trains nothing
+    lost_eval, lost_report = out / "runs" / "grpo-s1", out / "runs" / "ar+lopti-s0"
+    kept = [(run / "metrics.jsonl").read_text() + str((run / "final" / "model.safetensors").stat().st_mtime_ns)
+            for run in (lost_eval, lost_report)]  # fmt: skip
+    (lost_eval / "eval_after.json").unlink()
+    (lost_report / "report.md").unlink()
     capsys.readouterr()
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "grpo-s0: finished, skipped" in printed and "grpo-s1: resuming" in printed
+    assert sorted(p.name for p in lost_eval.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert "ar+lopti-s0: resuming" in printed and (lost_report / "report.md").is_file()
+    assert [
+        (run / "metrics.jsonl").read_text() + str((run / "final" / "model.safetensors").stat().st_mtime_ns)
+        for run in (lost_eval, lost_report)
+    ] == kept
 
     # another study in the same folder is refused before anything is touched
     assert main([*argv[:-2], "--out", str(out), "--learning_rate", "0.5"]) == 2

@@ -1,11 +1,14 @@
 """`lopti train` end to end on a tiny model: run folder, resume after a kill, bad input."""
 
 import json
+import shutil
 
 import pytest
 import torch
+import yaml
 from transformers import AutoModelForCausalLM, TrainerCallback
 
+from lopti import cli
 from lopti.cli import main
 from lopti.train import run as run_module
 from lopti.train.checkpoints import last_complete_checkpoint
@@ -40,16 +43,8 @@ class Kill(TrainerCallback):
             raise KeyboardInterrupt("simulated kill after checkpoint-2")
 
 
-def metric_lines(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def test_resumed_run_ends_like_an_uninterrupted_one(settings, tmp_path, monkeypatch):
-    whole = train({**settings, "output_dir": str(tmp_path / "whole")})
-    assert {"config.yaml", "metrics.jsonl", "final", "checkpoint-2", "checkpoint-4"} <= {
-        p.name for p in whole.iterdir()
-    }
-
+def train_killed_at_step_3(settings, monkeypatch):
+    """Train until a kill after step 3, which leaves checkpoint-2 as the last one."""
     build = run_module.build_trainer
 
     def build_with_kill(run, kwargs):
@@ -59,14 +54,32 @@ def test_resumed_run_ends_like_an_uninterrupted_one(settings, tmp_path, monkeypa
 
     monkeypatch.setattr(run_module, "build_trainer", build_with_kill)
     with pytest.raises(KeyboardInterrupt):
-        train({**settings, "output_dir": str(tmp_path / "split")})
+        train(settings)
     monkeypatch.setattr(run_module, "build_trainer", build)
-    # a kill in the middle of saving checkpoint-4 leaves a folder without trainer_state.json
-    partial = tmp_path / "split" / "checkpoint-4"
-    partial.mkdir()
-    (partial / "model.safetensors").write_bytes(b"truncated")
+
+
+def metric_lines(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resumed_run_ends_like_an_uninterrupted_one(settings, tmp_path, monkeypatch, capsys):
+    whole = train({**settings, "output_dir": str(tmp_path / "whole")})
+    assert {"config.yaml", "metrics.jsonl", "final", "checkpoint-2", "checkpoint-4"} <= {
+        p.name for p in whole.iterdir()
+    }
+    train_killed_at_step_3({**settings, "output_dir": str(tmp_path / "split")}, monkeypatch)
+    # checkpoint-4 with every file but a cut-short model, as a full disk leaves it: resume falls back
+    damaged = shutil.copytree(whole / "checkpoint-4", tmp_path / "split" / "checkpoint-4")
+    weights = (damaged / "model.safetensors").read_bytes()
+    (damaged / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     assert last_complete_checkpoint(tmp_path / "split").name == "checkpoint-2"
+    with (tmp_path / "split" / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 3, "loss": 0.1')  # a kill in the middle of a metrics line
+    capsys.readouterr()
     resumed = train({**settings, "output_dir": str(tmp_path / "split"), "resume": True})
+    printed = capsys.readouterr().out
+    assert "checkpoint-4 not used: model.safetensors is damaged" in printed
+    assert "resuming from checkpoint-2" in printed
 
     first = AutoModelForCausalLM.from_pretrained(whole / "final")
     second = AutoModelForCausalLM.from_pretrained(resumed / "final")
@@ -84,7 +97,7 @@ def test_refuses_to_overwrite_or_resume_nothing(settings, tmp_path):
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
         train({**settings, "resume": True})
     train({**settings, "max_steps": 2})
-    with pytest.raises(ValueError, match="already holds checkpoints; pass --resume"):
+    with pytest.raises(ValueError, match="already holds checkpoints or a finished run; pass --resume"):
         train(settings)
 
 
@@ -115,3 +128,76 @@ def test_evaluate_before_and_after_writes_a_report(settings):
     sampled = json.loads((run_dir / "eval_after_sampled.json").read_text())
     assert (sampled["samples"], sampled["temperature"], sampled["overall"]["n"]) == (3, 1.0, 4)
     assert "3 samples per prompt at T=1.0" in report and "| 3 | " in report.split("pass@3 before")[1]
+
+
+def untouched(run_dir):
+    """Return what resuming a finished run must leave as it is: checkpoints, metrics and final/'s weights."""
+    weights = run_dir / "final" / "model.safetensors"
+    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+    return checkpoints, (run_dir / "metrics.jsonl").read_text(), weights.read_bytes(), weights.stat().st_mtime_ns
+
+
+def test_resuming_a_finished_run_trains_nothing_and_redoes_only_what_is_lost(settings, capsys):
+    settings = {**settings, "evaluate": True, "eval_max_new_tokens": 4}
+    run_dir = train(settings)
+    finished = untouched(run_dir)
+    eval_after = (run_dir / "eval_after.json").read_text()
+    assert finished[0] == ["checkpoint-2", "checkpoint-4"]
+    # lost to a kill during: nothing (a second --resume), the report, the evaluation after, the final save
+    for lost in [(), ("report.md",), ("eval_after.json", "report.md")]:
+        for name in lost:
+            (run_dir / name).unlink()
+        capsys.readouterr()
+        train({**settings, "resume": True})
+        assert untouched(run_dir) == finished
+        assert all((run_dir / name).is_file() for name in lost)
+        assert (run_dir / "eval_after.json").read_text() == eval_after
+        assert ("nothing left to do" in capsys.readouterr().out) == (not lost)
+    weights = run_dir / "final" / "model.safetensors"
+    weights.write_bytes(finished[2][:100])
+    for name in ("run.json", "eval_after.json", "report.md"):
+        (run_dir / name).unlink()
+    train({**settings, "resume": True})
+    assert "training had ended: only missing outputs are redone" in capsys.readouterr().out
+    assert untouched(run_dir)[:3] == finished[:3]  # final/ rewritten with the same weights, nothing trained
+    assert json.loads((run_dir / "run.json").read_text())["global_step"] == 4
+    assert (run_dir / "eval_after.json").read_text() == eval_after and (run_dir / "report.md").is_file()
+
+
+def test_cli_resume_continues_with_the_runs_own_settings(settings, tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    train_killed_at_step_3(settings, monkeypatch)
+    stored = (run_dir / "config.yaml").read_text()
+    # a stand-in for the built-in recipe, which --resume must not use
+    builtin = tmp_path / "builtin.yaml"
+    builtin.write_text(yaml.safe_dump({**settings, "max_steps": 6, "output_dir": str(tmp_path / "other")}))
+    monkeypatch.setitem(cli.DEFAULT_RECIPES, "kk", builtin)
+    resume = ["train", "--resume", "--output_dir", str(run_dir)]
+    capsys.readouterr()
+    assert main([*resume, "--learning_rate", "0.5"]) == 2
+    assert main([*resume, "--max_steps", "2"]) == 2
+    assert main(["train", "--resume"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3
+    assert "learning_rate (0.01 there, 0.5 now)" in lines[0] and "max_steps (4 there, 2 now)" in lines[1]
+    assert "--resume needs --output_dir, the run folder to continue" in lines[2]
+    assert main([*resume, "--disable_tqdm", "true"]) == 0  # touches neither the weights nor the results
+    assert json.loads((run_dir / "run.json").read_text())["global_step"] == 4
+    assert [m["step"] for m in metric_lines(run_dir) if "loss" in m] == [1, 2, 3, 4]
+    assert (run_dir / "config.yaml").read_text() == stored
+    # a config.yaml shortened by hand: the run cannot go back to fewer steps
+    (run_dir / "config.yaml").write_text(stored.replace("max_steps: 4", "max_steps: 2"))
+    assert main(resume) == 2
+    assert "checkpoint-4 is at step 4, past max_steps 2; a run cannot be shortened" in capsys.readouterr().err
+
+
+def test_a_cut_last_metrics_line_is_dropped_and_any_other_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": step, "loss": step / 10}) for step in (1, 2, 3)]
+    for tail in ['{"step": 4, "lo', "  ", ""]:
+        path.write_text("\n".join(lines) + "\n" + tail)
+        run_module.drop_metrics_after(path, 2)
+        assert path.read_text() == "\n".join(lines[:2]) + "\n"
+    path.write_text("\n".join([lines[0], '{"step": 2, "lo', lines[2]]) + "\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not valid JSON"):
+        run_module.drop_metrics_after(path, 3)

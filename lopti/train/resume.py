@@ -1,0 +1,65 @@
+"""What `--resume` continues: the run's own settings (its config.yaml), never another recipe's.
+
+A resumed run must end as the uninterrupted run would have, so it reads config.yaml from the run
+folder and refuses any given setting that would change what is trained or measured. Only settings that
+touch neither the weights nor the saved results may differ (`RESUME_MAY_CHANGE`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+from lopti.train.config import LoptiGRPOConfig
+from lopti.train.settings import RunConfig, load_yaml, resolve, split
+
+RESUME_MAY_CHANGE = frozenset({"output_dir", "resume", "report_to", "logging_steps", "disable_tqdm", "log_level"})
+
+
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """Return every settings key's default value, so that a key left out equals its default written out."""
+    values = {}
+    for item in (*dataclasses.fields(RunConfig), *dataclasses.fields(LoptiGRPOConfig)):
+        if item.default is not dataclasses.MISSING:
+            values[item.name] = item.default
+        elif item.default_factory is not dataclasses.MISSING:
+            values[item.name] = item.default_factory()
+    return values
+
+
+def _normalized(settings: dict[str, Any]) -> dict[str, Any]:
+    """Return every key of `settings` as the run reads it (defaults filled in, rewards as a list)."""
+    run, trainer_kwargs = split(settings)
+    return {**_defaults(), **trainer_kwargs, **dataclasses.asdict(run)}
+
+
+def check_resume_settings(run_dir: Path, settings: dict[str, Any]) -> None:
+    """Raise a ValueError naming each setting that differs from the run's config.yaml and may not change."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume: {path} does not exist, so the run's settings are unknown")
+    stored, given = _normalized(load_yaml(path)), _normalized(settings)
+    changed = sorted(k for k in (set(stored) | set(given)) - RESUME_MAY_CHANGE if stored.get(k) != given.get(k))
+    if changed:
+        details = ", ".join(f"{key} ({stored.get(key)!r} there, {given.get(key)!r} now)" for key in changed)
+        raise ValueError(
+            f"--resume keeps the settings in {path}; these differ: {details}. "
+            f"Only {', '.join(sorted(RESUME_MAY_CHANGE))} may change; start a new run for other settings"
+        )
+
+
+def resumed_settings(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return the settings of a run to resume: its config.yaml, then the recipe and overrides given.
+
+    The given ones are checked against config.yaml when training starts (`check_resume_settings`).
+    """
+    given = resolve(config_file, overrides, defaults={})
+    if not given.get("output_dir"):
+        raise ValueError("--resume needs --output_dir, the run folder to continue")
+    path = Path(given["output_dir"]) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume: {path} does not exist; is {given['output_dir']} a lopti run folder?")
+    return {**load_yaml(path), **given}
