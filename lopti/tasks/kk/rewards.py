@@ -3,7 +3,7 @@
 The assistant text is the prefilled part of the assistant turn (the paper's "<think>") plus the
 completion. `logic_rl` reproduces the paper's reward exactly, except that only a role word spelt exactly
 "knight" or "knave" in ASCII (any case) names a role. `strict` keeps its values but reads the answer block
-clause by clause: every clause that names a person or a role must be a plain "(k) Name is a role", each
+clause by clause: every clause with a role word must be a plain "(k) Name is a role", each
 name must get exactly one, and no clause may negate, condition or hedge ("It is false that ...", "If ...");
 it also tolerates case and spacing in tags and forgives a model that writes its own "<think>". `partial`
 gives the share of correctly named roles under the same parser; `accuracy` is 1 iff it is exactly right.
@@ -137,19 +137,23 @@ def strict_parse(answer: str, names: list[str], roles: Roles = DEFAULT_ROLES) ->
     """Return the roles per name when the answer states each person's role once, plainly, and nothing else.
 
     The answer is cut into clauses (`CLAUSE_END_RE`). A clause that is "Name is a role" (list marks
-    around it allowed) gives that role; any other clause that names a person, uses a role word or holds
-    a qualifier (`QUALIFIERS`: "It is false that", "If", "maybe") makes the whole answer unparseable.
+    around it allowed) gives that role; any other clause that uses a role word or holds a qualifier
+    (`QUALIFIERS`: "It is false that", "If", "maybe") makes the whole answer unparseable. Other prose
+    ("So Ann and Cy are knights.") is allowed.
     """
     plain = re.compile(rf"[\s\d()\[\]*#-]*{_assignment_re(names, roles).pattern}[\s*]*", re.IGNORECASE)
-    mentions = re.compile(rf"\b(?:{_names_pattern(names)})\b|{_role_pattern(roles)}", re.IGNORECASE)
+    role_word = re.compile(_role_pattern(roles), re.IGNORECASE)
     index = _name_index(names)
     given: list[list[bool | None]] = [[] for _ in names]
     for clause in filter(None, CLAUSE_END_RE.split(answer)):  # filter: skip empty clauses at C speed
+        if not role_word.search(clause):
+            if _qualified(clause):
+                return None
+            continue
         assignment = plain.fullmatch(clause)
-        if assignment and assignment.group(1).casefold() in index:
-            given[index[assignment.group(1).casefold()]].append(_truthful(assignment.group(2), roles))
-        elif mentions.search(clause) or _qualified(clause):
+        if not assignment or assignment.group(1).casefold() not in index:
             return None
+        given[index[assignment.group(1).casefold()]].append(_truthful(assignment.group(2), roles))
     return [roles_of[0] for roles_of in given] if all(len(roles_of) == 1 for roles_of in given) else None
 
 

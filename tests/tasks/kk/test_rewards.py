@@ -215,6 +215,7 @@ def test_strict_reads_plain_answer_forms():
         "Ann is a knight, Bob is a knave and Cy is a knight.",
         "1. Ann is a knight\n2. Bob is a knave\n3. Cy is a knight",
         "- Ann is a knight\n- Bob is a knave\n- Cy is a knight\nThat is all.",
+        "Final answer:\n(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is a knight\nSo Ann and Cy are knights.",
     ):
         assert strict_score(text(answer), NAMES, SOLUTION) == 3.0, answer
 
