@@ -1,8 +1,10 @@
-"""What every task's reward needs to know about a TRL completion: its text, and whether it ended."""
+"""What every task's reward needs to know about a TRL completion: its text, what is graded, whether it ended."""
 
 from __future__ import annotations
 
 from typing import Any
+
+THINK_START, THINK_END = "<think>", "</think>"
 
 
 def completion_text(completion: Any) -> str:
@@ -10,6 +12,21 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, list):
         return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
     return str(completion)
+
+
+def final_text(response: str) -> str:
+    """Return the part of a response that is its final answer, not its reasoning.
+
+    Without "</think>" that is the whole response (the DeepScaleR/verl convention). Otherwise it is the
+    text after the last "</think>", cut at a "<think>" that follows it: a model that reopens its reasoning
+    must not have a conclusion inside the new, never-closed block graded. Linear in the response's length.
+    """
+    end = response.rfind(THINK_END)
+    if end < 0:
+        return response
+    start = end + len(THINK_END)
+    reopened = response.find(THINK_START, start)
+    return response[start:] if reopened < 0 else response[start:reopened]
 
 
 def ended_properly(ids: list[int], eos_token_id: int, pad_token_id: int | None) -> bool:

@@ -1,11 +1,14 @@
 """K&K rewards (PAPER.md §6). Each scorer maps one assistant text to a float and never raises.
 
 The assistant text is the prefilled part of the assistant turn (the paper's "<think>") plus the
-completion. `logic_rl` reproduces the paper's reward exactly; `strict` keeps its values but counts role
-words as whole words, requires each name exactly once, tolerates case and spacing in tags, and forgives
-a model that writes its own "<think>"; `partial` gives the share of correctly named roles; `accuracy`
-is 1 iff the strictly parsed answer is exactly right. `make_reward` wraps a scorer for TRL's
-`reward_funcs`; `compute_score` is verl's custom-reward hook.
+completion. `logic_rl` reproduces the paper's reward exactly, except that only a role word spelt exactly
+"knight" or "knave" in ASCII (any case) names a role. `strict` keeps its values but reads the answer block
+clause by clause: every clause with a role word must be a plain "(k) Name is a role", each
+name must get exactly one, and no clause may negate, condition or hedge ("It is false that ...", "If ...");
+it also tolerates case and spacing in tags and forgives a model that writes its own "<think>". `partial`
+gives the share of correctly named roles under the same parser; `accuracy` is 1 iff it is exactly right.
+`lenient` reads prose. `make_reward` wraps a scorer for TRL's `reward_funcs`; `compute_score` is verl's
+custom-reward hook. Every scorer takes time linear in the text's length (for a given puzzle).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from lopti.tasks.completions import completion_text, ended_properly
+from lopti.tasks.completions import completion_text, ended_properly, final_text
 from lopti.tasks.kk.prompts import THINK_PREFILL
 from lopti.tasks.kk.render import DEFAULT_ROLES, Roles
 
@@ -23,9 +26,21 @@ FORMAT_OK, FORMAT_BAD = 1.0, -1.0
 CORRECT, WRONG, UNPARSEABLE = 2.0, -1.5, -2.0
 WORST = FORMAT_BAD + UNPARSEABLE
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-LOOSE_TAG_RE = re.compile(r"<\s*(/?)\s*(think|answer)\s*>", re.IGNORECASE)
+# "(?:(/)\s*)?" rather than "(/?)\s*": two optional runs of spaces side by side backtrack quadratically
+LOOSE_TAG_RE = re.compile(r"<\s*(?:(/)\s*)?(think|answer)\s*>", re.IGNORECASE)
+# Where a clause of an answer ends: a line, a sentence, a comma, a colon or semicolon, "and", or "(k)".
+CLAUSE_END_RE = re.compile(r"[\n.,;:]|\band\b|\(\d+\)", re.IGNORECASE)
+# Words that make a statement negated, conditional or hedged rather than plain; also any "...n't", "~" or "¬".
+QUALIFIERS = frozenset({
+    "not", "no", "never", "none", "false", "untrue", "wrong", "incorrect", "if", "iff", "unless", "then",
+    "suppose", "supposing", "assume", "assuming", "whether", "maybe", "perhaps", "possibly", "probably",
+    "either", "neither", "nor", "or", "except", "but", "only", "otherwise", "unclear", "unknown", "cannot",
+})  # fmt: skip
+WORD_RE = re.compile(r"[\w'’]+")
 
-Parsed = list[bool] | None  # True = truthful role, per name in puzzle order; None = unparseable
+# Per name in puzzle order: True = truthful role, False = liar, None = a look-alike role word (logic_rl reads
+# it as neither role); None as a whole = unparseable.
+Parsed = list[bool | None] | None
 
 
 def _answer_block(text: str) -> str | None:
@@ -40,14 +55,54 @@ def _answer_block(text: str) -> str | None:
     return ANSWER_RE.findall(text)[-1].strip()
 
 
-def _roles_given(name: str, answer: str, roles: Roles) -> list[bool]:
-    """Return every role given to `name` by "Name is a <role>" (True = truthful)."""
-    pattern = rf"\b{re.escape(name)}\b\s+is\s+a\s+\b({re.escape(roles[0])}|{re.escape(roles[1])})\b"
-    return [m.lower() == roles[0].lower() for m in re.findall(pattern, answer, flags=re.IGNORECASE)]
+def _role_pattern(roles: Roles) -> str:
+    # (?a:...) folds case in ASCII only: "knıght" (dotless i) or "Knight" (Kelvin sign) is no role word
+    return rf"\b(?a:({re.escape(roles[0])}|{re.escape(roles[1])}))\b"
 
 
-def _role_word_count(answer: str, roles: Roles) -> int:
-    return len(re.findall(rf"\b(?:{re.escape(roles[0])}|{re.escape(roles[1])})\b", answer, flags=re.IGNORECASE))
+def _names_pattern(names: list[str]) -> str:
+    return "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+
+
+def _assignment_re(names: list[str], roles: Roles) -> re.Pattern:
+    """Return the pattern of "Name is a role": group 1 the name, group 2 the role word."""
+    return re.compile(rf"\b({_names_pattern(names)})\s+is\s+a\s+{_role_pattern(roles)}", re.IGNORECASE)
+
+
+def _name_index(names: list[str]) -> dict[str, int]:
+    return {name.casefold(): index for index, name in enumerate(names)}
+
+
+def _qualified(clause: str) -> bool:
+    """Return True iff the clause holds a word that negates, conditions or hedges (`QUALIFIERS`)."""
+    return (
+        "~" in clause
+        or "¬" in clause
+        or any(word in QUALIFIERS or word.endswith(("n't", "n’t")) for word in WORD_RE.findall(clause.lower()))
+    )
+
+
+def _truthful(word: str, roles: Roles) -> bool | None:
+    """Return True (truthful role) or False for a role word spelt as one (ASCII case aside), else None."""
+    spelt = re.fullmatch(rf"(?a:({re.escape(roles[0])})|{re.escape(roles[1])})", word, re.IGNORECASE)
+    return None if spelt is None else spelt.group(1) is not None
+
+
+def _logic_rl_parse(answer: str, names: list[str], roles: Roles) -> Parsed:
+    lowered = answer.lower()
+    if lowered.count(roles[0].lower()) + lowered.count(roles[1].lower()) != len(names):
+        return None  # the paper counts substrings, so "knights" counts too
+    parsed = []
+    for name in names:
+        # the paper's pattern and its first match; Unicode case folding lets it match "knıght" too
+        pattern = rf"\b{re.escape(name)}\b\s+is\s+a\s+\b({re.escape(roles[0])}|{re.escape(roles[1])})\b"
+        found = re.search(pattern, answer, flags=re.IGNORECASE)
+        if not found:
+            return None
+        # Logic-RL compares the word, lower-cased, with the right role, so a look-alike such as "knıght" is
+        # neither role and the answer is wrong; "Knight" (Kelvin sign) lowers to "knight" but is no role here
+        parsed.append(_truthful(found.group(1), roles))
+    return parsed
 
 
 def _score(answer: str | None, parsed: Parsed, solution: list[bool]) -> float:
@@ -58,21 +113,12 @@ def _score(answer: str | None, parsed: Parsed, solution: list[bool]) -> float:
     return FORMAT_OK + (CORRECT if parsed == list(solution) else WRONG)
 
 
-def _logic_rl_parse(answer: str, names: list[str], roles: Roles) -> Parsed:
-    lowered = answer.lower()
-    if lowered.count(roles[0].lower()) + lowered.count(roles[1].lower()) != len(names):
-        return None  # the paper counts substrings, so "knights" counts too
-    parsed = []
-    for name in names:
-        found = _roles_given(name, answer, roles)
-        if not found:
-            return None
-        parsed.append(found[0])  # the paper's parser takes the first match
-    return parsed
-
-
 def logic_rl_score(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
-    """Return the paper's reward: 3 (right), −0.5 (wrong), −1 (unparseable), −3 (bad format)."""
+    """Return the paper's reward: 3 (right), −0.5 (wrong), −1 (unparseable), −3 (bad format).
+
+    As in Logic-RL, an answer line is read wherever "Name is a role" appears, so "It is false that Zoe is
+    a knight" gives Zoe the role knight; `strict` does not.
+    """
     try:
         answer = _answer_block(text)
         return _score(answer, _logic_rl_parse(answer, names, roles) if answer else None, solution)
@@ -82,22 +128,33 @@ def logic_rl_score(text: str, names: list[str], solution: list[bool], roles: Rol
 
 def strict_answer(text: str) -> str | None:
     """Return the answer block after normalising tag spelling and a doubled opening <think>."""
-    text = LOOSE_TAG_RE.sub(lambda m: f"<{m.group(1)}{m.group(2).lower()}>", text)
+    text = LOOSE_TAG_RE.sub(lambda m: f"<{m.group(1) or ''}{m.group(2).lower()}>", text)
     text = re.sub(r"^<think>\s*<think>", "<think>", text.lstrip())
     return _answer_block(text)
 
 
 def strict_parse(answer: str, names: list[str], roles: Roles = DEFAULT_ROLES) -> Parsed:
-    """Return the roles per name when every name gets exactly one role and nothing else has one."""
-    if _role_word_count(answer, roles) != len(names):
-        return None
-    parsed = []
-    for name in names:
-        found = _roles_given(name, answer, roles)
-        if len(found) != 1:
+    """Return the roles per name when the answer states each person's role once, plainly, and nothing else.
+
+    The answer is cut into clauses (`CLAUSE_END_RE`). A clause that is "Name is a role" (list marks
+    around it allowed) gives that role; any other clause that uses a role word or holds a qualifier
+    (`QUALIFIERS`: "It is false that", "If", "maybe") makes the whole answer unparseable. Other prose
+    ("So Ann and Cy are knights.") is allowed.
+    """
+    plain = re.compile(rf"[\s\d()\[\]*#-]*{_assignment_re(names, roles).pattern}[\s*]*", re.IGNORECASE)
+    role_word = re.compile(_role_pattern(roles), re.IGNORECASE)
+    index = _name_index(names)
+    given: list[list[bool | None]] = [[] for _ in names]
+    for clause in filter(None, CLAUSE_END_RE.split(answer)):  # filter: skip empty clauses at C speed
+        if not role_word.search(clause):
+            if _qualified(clause):
+                return None
+            continue
+        assignment = plain.fullmatch(clause)
+        if not assignment or assignment.group(1).casefold() not in index:
             return None
-        parsed.append(found[0])
-    return parsed
+        given[index[assignment.group(1).casefold()]].append(_truthful(assignment.group(2), roles))
+    return [roles_of[0] for roles_of in given] if all(len(roles_of) == 1 for roles_of in given) else None
 
 
 def strict_score(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
@@ -110,36 +167,42 @@ def strict_score(text: str, names: list[str], solution: list[bool], roles: Roles
 
 
 def partial_score(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
-    """Return the share of people given exactly their right role, when the format is right and every person
-    is named with one role (else 0: an answer that drops a name must not keep the other roles' credit)."""
+    """Return the share of people given their right role when the strict parser reads the answer, else 0
+    (an answer that drops a name or hedges must not keep the other roles' credit)."""
     try:
         answer = strict_answer(text)
-        if not answer or _role_word_count(answer, roles) != len(names):
+        parsed = strict_parse(answer, names, roles) if answer else None
+        if parsed is None:
             return 0.0
-        given = [_roles_given(n, answer, roles) for n in names]
-        if any(len(g) != 1 for g in given):
-            return 0.0
-        return sum(g == [k] for g, k in zip(given, solution, strict=True)) / len(names)
+        return sum(p == s for p, s in zip(parsed, solution, strict=True)) / len(names)
     except Exception:
         return 0.0
 
 
 def lenient_score(text: str, names: list[str], solution: list[bool], roles: Roles = DEFAULT_ROLES) -> float:
-    """Return the share of people whose last stated role is right, ignoring the answer format.
+    """Return the share of people whose last plainly stated role is right, ignoring the answer format.
 
-    For models that answer in prose (an instruct model that never writes the tags): the text after the
-    last "</think>" (or all of it) is read, the last <answer> block if there is one, and for each name the
-    last "Name is a <role>" counts; a name never given a role counts as wrong.
+    For models that answer in prose (an instruct model that never writes the tags): the `final_text` is
+    read, its last <answer>...</answer> block if there is one, and for each name the last "Name is a
+    <role>" counts, except in a clause with a qualifier ("If Zoe is a knight, ..."); a name never given a
+    role counts as wrong.
     """
     try:
-        graded = text.rsplit("</think>", 1)[-1]
-        blocks = ANSWER_RE.findall(graded)
-        graded = blocks[-1] if blocks else graded
-        right = 0
-        for name, truthful in zip(names, solution, strict=True):
-            given = _roles_given(name, graded, roles)
-            right += bool(given) and given[-1] == truthful
-        return right / len(names)
+        graded = final_text(text)
+        close = graded.rfind("</answer>")
+        opening = graded.rfind("<answer>", 0, max(close, 0))
+        if opening >= 0:
+            graded = graded[opening + len("<answer>") : close]
+        assignment, index = _assignment_re(names, roles), _name_index(names)
+        last: dict[int, bool | None] = {}
+        for clause in filter(None, CLAUSE_END_RE.split(graded)):
+            found = assignment.findall(clause)
+            if found and not _qualified(clause):
+                for name, role in found:
+                    if name.casefold() in index:
+                        last[index[name.casefold()]] = _truthful(role, roles)
+        right = (last.get(i) == truthful for i, (_, truthful) in enumerate(zip(names, solution, strict=True)))
+        return sum(right) / len(names)
     except Exception:
         return 0.0
 

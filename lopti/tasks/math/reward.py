@@ -1,91 +1,96 @@
 """Math rewards (PAPER.md §8): the last \\boxed{...} answer, graded by math-verify, 1.0 or 0.0.
 
-Grading follows the DeepScaleR/verl convention the paper trained with: when the response contains
-"</think>", only the text after the last "</think>" counts; the last \\boxed{...} (or \\fbox{...}) of that
-text is the answer; math-verify decides whether it equals the ground truth (1/2, 0.5 and \\frac{1}{2} are
-the same answer). `format_score` is the format-only variant: 1.0 for a non-empty boxed answer.
+Grading follows the DeepScaleR/verl convention the paper trained with, made safe against answers that
+only look right (docs/math.md): the graded text is the response's `final_text` (after the last
+"</think>", and not inside a "<think>" reopened after it); its last complete \\boxed{...} (or \\fbox{...})
+is the answer; math-verify decides whether it equals the ground truth (1/2, 0.5 and \\frac{1}{2} are
+the same answer). Against a plain value, an answer that states a relation ("4 = 3", "3 \\approx 4") or a
+percentage ("3\\%") earns nothing; "x = 3" is graded as 3. `format_score` is the format-only variant:
+1.0 for a non-empty boxed answer.
 
-Scorers never raise. math-verify bounds parsing and comparison with a SIGALRM timer, which only works
-in a process's main thread; elsewhere (a reward worker thread) that timer is off and the work is bounded
-by `MAX_ANSWER_CHARS` instead.
+Scorers never raise, and take time linear in the response's length up to math-verify, whose every call
+is bounded in time from any thread (`lopti.tasks.math.verify`).
 """
 
 from __future__ import annotations
 
-import threading
+import re
 from collections.abc import Callable
 from typing import Any
 
-from lopti.tasks.completions import completion_text, ended_properly
+from lopti.tasks.completions import completion_text, ended_properly, final_text
+from lopti.tasks.math.verify import DEFAULT_TIMEOUT_S, equivalent
 
-BOX_COMMANDS = ("\\boxed", "\\fbox")
-THINK_END = "</think>"
-MAX_ANSWER_CHARS = 1000  # longer "answers" are not answers; it also bounds the work when no timer can run
-DEFAULT_TIMEOUT_S = 1  # seconds per parse or comparison; a sane answer takes milliseconds
-
-
-def graded_text(response: str) -> str:
-    """Return the part of a response that is graded: after the last "</think>" if there is one."""
-    cut = response.rfind(THINK_END)
-    return response if cut < 0 else response[cut + len(THINK_END) :]
-
-
-def _braced(text: str, start: int) -> str | None:
-    """Return the contents of the brace group opening at text[start], or None if it never closes."""
-    depth = 0
-    for index in range(start, len(text)):
-        if text[index] == "{":
-            depth += 1
-        elif text[index] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : index]
-    return None
+MAX_ANSWER_CHARS = 1000  # longer "answers" are not answers, and math-verify need not spend its time on them
+BOX_RE = re.compile(r"\\(?:boxed|fbox) *\{")
+BRACE_RE = re.compile(r"[{}]")
+# A relation makes "4 = 3" or "3 \approx 4" a statement, not a value; math-verify would grade its right side.
+RELATION_RE = re.compile(
+    r"[=<>≈≠≤≥≡∼≅]|\\(?:approx|equiv|simeq|sim|cong|neq|ne|leqslant|leq|le|geqslant|geq|ge|lt|gt|propto|doteq)"
+    r"(?![A-Za-z])"
+)
+PERCENT_RE = re.compile(r"%|percent", re.IGNORECASE)
+GREEK = "alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|rho|sigma|tau|phi|varphi|chi|psi|omega"  # noqa: E501
+# The left side of an answer "x = 3": a variable's name (\pi is a number, not a name)
+VARIABLE_RE = re.compile(rf"\s*(?:[A-Za-z]{{1,2}}|\\(?:{GREEK}|{GREEK.title()}))(?:_\{{?\w+\}}?)?'*\s*")
 
 
 def last_boxed(text: str) -> str | None:
-    """Return the contents of the last complete \\boxed{...} or \\fbox{...} in `text`, or None."""
-    end = len(text)
-    while True:
-        start = max(text.rfind(command, 0, end) for command in BOX_COMMANDS)
-        if start < 0:
-            return None
-        brace = start + len("\\boxed" if text.startswith("\\boxed", start) else "\\fbox")
-        while brace < len(text) and text[brace] == " ":
-            brace += 1
-        if brace < len(text) and text[brace] == "{":
-            contents = _braced(text, brace)
-            if contents is not None:
-                return contents.strip()
-        end = start  # an unclosed or brace-less box: look further back
+    """Return the contents of the last complete \\boxed{...} or \\fbox{...} in `text`, or None.
+
+    One pass pairs every brace (an unmatched "{" never closes), so the time is linear however many
+    unclosed boxes a response holds.
+    """
+    closing: dict[int, int] = {}
+    open_braces: list[int] = []
+    for brace in BRACE_RE.finditer(text):
+        if brace.group() == "{":
+            open_braces.append(brace.start())
+        elif open_braces:
+            closing[open_braces.pop()] = brace.start()
+    for box in reversed(list(BOX_RE.finditer(text))):
+        opening = box.end() - 1
+        if opening in closing:
+            return text[opening + 1 : closing[opening]].strip()
+    return None
 
 
 def extract_answer(response: str) -> str | None:
     """Return the graded answer of a response (see the module docstring), or None if it has none."""
-    answer = last_boxed(graded_text(response))
+    answer = last_boxed(final_text(response))
     if not answer or len(answer) > MAX_ANSWER_CHARS:
         return None
     return answer
 
 
-def _timeout() -> int | None:
-    return DEFAULT_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+def value_to_grade(answer: str, ground_truth: str) -> str | None:
+    """Return the part of `answer` to compare with `ground_truth`, or None if it cannot earn credit.
+
+    A ground truth that is itself a relation ("y = 2x + 1", "x > 2") is compared whole. Against a plain
+    value, "x = 3" is graded as 3, while any other relation ("4 = 3", "3 \\approx 4", "x = 4 = 3") and a
+    percentage the ground truth does not have ("3\\%" for 3 or for 0.03) are no answer at all.
+    """
+    if RELATION_RE.search(ground_truth):
+        return answer
+    if PERCENT_RE.search(answer) and not PERCENT_RE.search(ground_truth):
+        return None
+    relations = RELATION_RE.findall(answer)
+    if not relations:
+        return answer
+    if relations != ["="]:
+        return None
+    variable, value = answer.split("=")
+    return value if VARIABLE_RE.fullmatch(variable) else None
 
 
-def same_answer(answer: str, ground_truth: str, timeout_s: int | None = None) -> bool:
-    """Return True iff math-verify finds `answer` equal to `ground_truth` (both LaTeX or plain text)."""
-    from math_verify import LatexExtractionConfig, parse, verify
-
-    timeout = _timeout() if timeout_s is None else timeout_s
-    gold_text = last_boxed(ground_truth) or ground_truth
-    gold = parse(f"${gold_text}$", parsing_timeout=timeout)
-    predicted = parse(f"\\boxed{{{answer}}}", extraction_config=[LatexExtractionConfig()], parsing_timeout=timeout)
-    if not gold or not predicted:
-        return False
-    return bool(verify(gold, predicted, timeout_seconds=timeout))
+def same_answer(answer: str, ground_truth: str, timeout_s: int = DEFAULT_TIMEOUT_S) -> bool:
+    """Return True iff `answer` is worth credit against `ground_truth` (LaTeX or plain text, maybe boxed)."""
+    gold = last_boxed(ground_truth) or ground_truth
+    value = value_to_grade(answer, gold)
+    return value is not None and equivalent(value, gold, timeout_s)
 
 
-def math_score(response: str, ground_truth: str, timeout_s: int | None = None) -> float:
+def math_score(response: str, ground_truth: str, timeout_s: int = DEFAULT_TIMEOUT_S) -> float:
     """Return 1.0 if the response's graded boxed answer equals `ground_truth`, else 0.0; never raises."""
     try:
         answer = extract_answer(response)
@@ -96,7 +101,10 @@ def math_score(response: str, ground_truth: str, timeout_s: int | None = None) -
 
 def format_score(response: str, ground_truth: str | None = None) -> float:
     """Return 1.0 if the response has a non-empty graded boxed answer, else 0.0 (the answer is not checked)."""
-    return float(extract_answer(response) is not None)
+    try:
+        return float(extract_answer(response) is not None)
+    except Exception:  # a reward must never stop training
+        return 0.0
 
 
 SCORERS: dict[str, Callable[..., float]] = {"math": math_score, "math_format": format_score}

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,3 +147,91 @@ def test_completion_that_did_not_end_on_eos_fails():
     ids = [[5, 6, 2], [5, 6, 7], [5, 0, 0, 2]]  # ended; truncated; padded before ending
     assert reward(**kwargs, completion_ids=ids) == [3.0, -3.0, -3.0]
     assert make_reward("partial", eos_token_id=2)(**kwargs, completion_ids=ids)[1] == 0.0
+
+
+def logic_rl_reference(text: str, names: list[str], solution: list[bool]) -> float:
+    """Logic-RL's compute_score restated from its definition (PAPER.md §6), the yardstick for `logic_rl`."""
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    positions = [text.find(tag) for tag in tags]
+    format_ok = all(text.count(tag) == 1 for tag in tags) and positions == sorted(positions)
+    blocks = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+    answer = blocks[-1].strip() if blocks else ""
+    if not (format_ok and answer):
+        return (1.0 if format_ok else -1.0) - 2.0
+    lowered = answer.lower()
+    if lowered.count("knight") + lowered.count("knave") != len(names):
+        return 1.0 - 2.0
+    predicted = {}
+    for name in names:
+        found = re.search(rf"\b{re.escape(name)}\b\s+is\s+a\s+\b(knight|knave)\b", answer, re.IGNORECASE)
+        if not found:
+            return 1.0 - 2.0
+        predicted[name] = found.group(1).lower()
+    truth = {name: "knight" if truthful else "knave" for name, truthful in zip(names, solution, strict=True)}
+    return 1.0 + (2.0 if predicted == truth else -1.5)
+
+
+ROLE_WORDS = ["knight", "knave", "KNIGHT", "Knave", "knights", "knıght", "\u212anight", "\u212anave", "knİght"]
+PIECES = ["Ann", "Bob", "Cy", " is a ", " is  a\n", *ROLE_WORDS, "(1) ", "\n", " ", ",", "not ", "If ", "false that "]
+pieces = st.lists(st.sampled_from(PIECES), max_size=25).map("".join)
+
+
+def answer_line(name: str) -> st.SearchStrategy[str]:
+    return st.builds(
+        "{}{} is a {}{}".format,
+        st.sampled_from(["", "", "(1) ", "It is false that ", "If "]),
+        st.just(name),
+        st.sampled_from(["knight", "knave"] * 4 + ROLE_WORDS),
+        st.sampled_from(["", "", ".", " then", " knight"]),
+    )
+
+
+answer_texts = st.builds(
+    lambda think, lines, tail: f"<think>{think}</think><answer>{chr(10).join(lines)}</answer>{tail}",
+    pieces,
+    st.permutations(NAMES).flatmap(lambda order: st.tuples(*map(answer_line, order))),
+    st.sampled_from(["", "", "</answer>", "<think>", " done"]),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(answer_texts | pieces)
+def test_logic_rl_is_logic_rls_reward_except_that_look_alike_role_words_never_earn_credit(text):
+    ours, theirs = logic_rl_score(text, NAMES, SOLUTION), logic_rl_reference(text, NAMES, SOLUTION)
+    if text.isascii():
+        assert ours == theirs
+    else:  # Logic-RL lower-cases "Knight" (Kelvin sign) to "knight"; lopti reads no role into it
+        assert ours == theirs or (theirs == 3.0 and ours == -0.5 and "\u212a" in text)
+
+
+def test_logic_rl_reference_agrees_on_the_golden_cases():
+    for assistant, logic_rl, *_ in GOLDEN:
+        assert logic_rl_reference(assistant, NAMES, SOLUTION) == logic_rl
+
+
+def test_strict_reads_plain_answer_forms():
+    for answer in (
+        "(1) Ann is a knight (2) Bob is a knave (3) Cy is a knight",  # one line
+        "Ann is a knight, Bob is a knave and Cy is a knight.",
+        "1. Ann is a knight\n2. Bob is a knave\n3. Cy is a knight",
+        "- Ann is a knight\n- Bob is a knave\n- Cy is a knight\nThat is all.",
+        "Final answer:\n(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is a knight\nSo Ann and Cy are knights.",
+    ):
+        assert strict_score(text(answer), NAMES, SOLUTION) == 3.0, answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "(1) Ann is a knight\n(2) It is false that Bob is a knight\n(3) Cy is a knight",
+        "(1) Ann is a knight\n(2) Bob is a knave\n(3) If Cy is a knight then Ann is a knight",
+        "(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is a knight, unless Bob is a knight",
+        "(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is a knight\nThis isn't certain.",
+        "(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is probably a knight",
+        "(1) Ann is a knight\n(2) Bob is a knave\n(3) Cy is a knight?",
+        "(1) Ann is a knight\n(2) Bob is a knave\n(3) ~Cy is a knight",
+    ],
+)
+def test_strict_reads_no_negated_conditional_or_hedged_answer(answer):
+    assert strict_score(text(answer), NAMES, SOLUTION) == -1.0
+    assert partial_score(text(answer), NAMES, SOLUTION) == 0.0

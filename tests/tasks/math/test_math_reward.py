@@ -4,17 +4,18 @@ import threading
 
 import pytest
 
+from lopti.tasks.completions import final_text
 from lopti.tasks.math.reward import (
-    DEFAULT_TIMEOUT_S,
     MAX_ANSWER_CHARS,
     compute_score,
     extract_answer,
     format_score,
-    graded_text,
     last_boxed,
     make_math_reward,
     math_score,
+    value_to_grade,
 )
+from lopti.tasks.math.verify import DEFAULT_TIMEOUT_S
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,7 @@ def test_wrong_or_missing_answers_score_zero(response: str, truth: str) -> None:
 
 
 def test_only_text_after_think_is_graded() -> None:
-    assert graded_text("a</think>b</think>c") == "c"
+    assert final_text("a</think>b</think>c") == "c"
     assert math_score("<think>maybe \\boxed{4}</think>The answer is \\boxed{5}.", "5") == 1.0
     assert math_score("<think>maybe \\boxed{5}</think>The answer is \\boxed{4}.", "5") == 0.0
     assert math_score("no think tags \\boxed{5}", "5") == 1.0
@@ -116,7 +117,7 @@ def test_every_math_verify_call_gets_the_time_limit_in_the_main_thread(monkeypat
     worker = threading.Thread(target=lambda: math_score("\\boxed{0.5}", "1/2"))
     worker.start()
     worker.join()
-    assert [limit for _, limit in limits] == [None, None, None]  # SIGALRM cannot run off the main thread
+    assert limits == []  # off the main thread math-verify runs in the helper process, where its timer works
 
 
 def test_very_long_output_is_graded() -> None:
@@ -149,3 +150,55 @@ def test_trl_reward_checks_the_end_of_sequence_on_ids() -> None:
 def test_verl_hook() -> None:
     assert compute_score("lopti_math_l3", "x = \\boxed{-3}", "-3") == 1.0
     assert compute_score("lopti_math_l3", "\\boxed{3}", "-3") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth", "graded"),
+    [
+        ("x = 3", "3", " 3"),
+        ("\\theta_1 = \\frac{1}{2}", "1/2", " \\frac{1}{2}"),
+        ("AB=5", "5", "5"),
+        ("4 = 3", "3", None),  # a relation between numbers is a statement, not a value
+        ("4 - 1 = 3", "3", None),
+        ("x = 4 = 3", "3", None),
+        ("3 \\approx 4", "3", None),
+        ("x \\approx 3", "3", None),
+        ("3 \\equiv 8", "3", None),
+        ("\\pi = 3", "3", None),
+        ("3\\%", "3", None),  # a percentage the ground truth does not have
+        ("3\\%", "0.03", None),
+        ("3\\text{ percent}", "3", None),
+        ("3\\%", "3\\%", "3\\%"),
+        ("y = 2x + 1", "y = 2x + 1", "y = 2x + 1"),  # the ground truth is a relation: compared whole
+        ("\\frac{1}{2}", "0.5", "\\frac{1}{2}"),
+    ],
+)
+def test_value_to_grade(answer: str, truth: str, graded: str | None) -> None:
+    assert value_to_grade(answer, truth) == graded
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "score"),
+    [
+        ("\\boxed{4 = 3}", "3", 0.0),
+        ("\\boxed{3 \\approx 4}", "3", 0.0),
+        ("\\boxed{3\\%}", "3", 0.0),
+        ("\\boxed{3\\%}", "0.03", 0.0),
+        ("\\boxed{3\\%}", "3\\%", 1.0),
+        ("\\boxed{a = 3}", "3", 1.0),
+        ("\\boxed{x > 2}", "x > 2", 1.0),
+        ("</think>\\boxed{4}<think>\\boxed{3}", "3", 0.0),  # a box in a reopened reasoning block does not count
+        ("</think>\\boxed{3}<think>\\boxed{4}", "3", 1.0),
+        ("<think>\\boxed{3}", "3", 1.0),  # no "</think>": the whole response counts (DeepScaleR)
+    ],
+)
+def test_answers_that_state_a_relation_or_a_percentage_and_reopened_reasoning(response, truth, score) -> None:
+    assert math_score(response, truth) == score
+
+
+def test_box_extraction_pairs_braces_once() -> None:
+    assert last_boxed("\\boxed{" * 1000 + "7}") == "7"
+    assert last_boxed("\\boxed{1}" + "\\boxed{" * 1000) == "1"
+    assert last_boxed("}" * 10 + "\\boxed{2}}") == "2"
+    assert last_boxed("{\\boxed{3}") == "3"
+    assert last_boxed("\\fbox {4} \\boxed{5") == "4"
