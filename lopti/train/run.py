@@ -1,7 +1,8 @@
 """`lopti train`: build the task data and rewards, the model and the trainer, and fill the run folder.
 
 A run folder holds config.yaml (the resolved settings), metrics.jsonl (one line per log), tensorboard/
-(events), checkpoint-N/ (Trainer checkpoints) and final/ (the trained model and tokenizer, HF format).
+(events), checkpoint-N/ (Trainer checkpoints), final/ (the trained model and tokenizer, HF format) and
+README.md (lopti's model card); with evaluate, eval_*.json and report.md.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from transformers import TrainerCallback
 
 from lopti.train.checkpoints import last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.console import rl_columns, use_lopti_console
 from lopti.train.evaluate import evaluate_rows
+from lopti.train.model_card import method_line, use_lopti_model_card, write_model_card
 from lopti.train.models import load_model, load_tokenizer, resolve_model
 from lopti.train.report import write_report
 from lopti.train.settings import RunConfig
@@ -108,6 +111,8 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         callbacks=[MetricsLog(run_dir / "metrics.jsonl")],
     )
     trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
+    use_lopti_console(trainer, "RL", rl_columns(get_task(run.task), args.probability_buckets))
+    use_lopti_model_card(trainer, run)
     return trainer
 
 
@@ -172,5 +177,6 @@ def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, An
         (run_dir / "run.json").write_text(json.dumps(summary))
         if before is not None:
             after = held_out_eval(trainer, run, run_dir / "eval_after.json", seconds, "eval after")
-            write_report(run_dir, before, after, seconds)
+            write_report(run_dir, before, after, seconds, method_line(trainer.args))
+        write_model_card(run_dir, run, trainer.args)
     return run_dir
