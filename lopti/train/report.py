@@ -76,10 +76,10 @@ def plot_gradient_share(metrics: list[dict[str, Any]], out: Path) -> Path | None
     shares = [moving_mean([m[k] for m in logged], window) for k in keys]
     axis.stackplot([m["step"] for m in logged], shares, labels=[f"π_old ∈ {k[len(prefix) :]}" for k in keys])
     axis.set_xlabel("optimizer step")
-    axis.set_ylabel(f"share of the gradient (moving mean, {window})")
+    axis.set_ylabel("share of the gradient")
     axis.set_ylim(0, 1)
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    figure.suptitle("gradient share per token-probability bucket")
+    figure.suptitle(f"gradient share per token-probability bucket (moving mean over {window} steps)")
     figure.tight_layout()
     figure.savefig(out, dpi=110)
     plt.close(figure)
