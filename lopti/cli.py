@@ -252,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if args.command in ("train", "eval", "analyze", "compare"):
+            from lopti.train.console import hide_third_party_noise
+
+            hide_third_party_noise()
         args.run(args)
     except (ValueError, FileNotFoundError, PermissionError) as error:
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {error}")

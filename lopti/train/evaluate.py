@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from lopti.tasks.completions import ended_properly
 from lopti.tasks.kk.prompts import THINK_PREFILL
@@ -43,7 +44,7 @@ def generate(
     outputs: list[tuple[str, list[int]]] = []
     with torch.random.fork_rng():  # evaluating must not move the trainer's random stream
         torch.manual_seed(seed)
-        for start in range(0, len(flat), batch_size):
+        for start in tqdm(range(0, len(flat), batch_size), "generating", leave=False, disable=None):
             outputs += _decode_batch(model, tokenizer, flat[start : start + batch_size], temperature, max_new_tokens)
     return [outputs[i * samples : (i + 1) * samples] for i in range(len(prompts))]
 

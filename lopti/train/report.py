@@ -16,8 +16,18 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def moving_mean(values: list[float], window: int) -> list[float]:
+    """Return the mean of each value with the up to `window` − 1 values before it."""
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
+
+
 def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], title: str) -> Path | None:
-    """Plot each metric key (label → key) against the step, with a moving average; return the PNG path."""
+    """Plot each metric key (label → key) against the step, with a moving mean; return the PNG path (None if none)."""
+    if not keys:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,12 +42,8 @@ def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], 
             continue
         steps, values = zip(*points, strict=True)
         window = max(1, len(values) // 10)
-        smooth = [
-            sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
-            for i in range(len(values))
-        ]
         axis.plot(steps, values, alpha=0.3, label="per step")
-        axis.plot(steps, smooth, label=f"moving mean ({window})")
+        axis.plot(steps, moving_mean(values, window), label=f"moving mean ({window})")
         axis.set_xlabel("optimizer step")
         axis.set_title(label)
         axis.legend(fontsize=8)
@@ -48,6 +54,38 @@ def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], 
         figure.savefig(out, dpi=110)
     plt.close(figure)
     return out if drawn else None
+
+
+def plot_gradient_share(metrics: list[dict[str, Any]], out: Path) -> Path | None:
+    """Plot each π_old bucket's share of the gradient (probs/grad_share_*) against the step, stacked; return the PNG.
+
+    The shares are Σ|Â|(1 − π_old) per bucket over all buckets (docs/paper.md §3, §9): the paper's claim is
+    that the lowest bucket dominates. None when no step logged a gradient.
+    """
+    prefix = "probs/grad_share_"
+    keys = sorted({k for m in metrics for k in m if k.startswith(prefix)})  # "[0.00,0.25)" < "[0.25,0.50)" < …
+    # a step whose advantages are all zero has no gradient to share: its shares are all zero
+    logged = [m for m in metrics if keys and all(k in m for k in keys) and sum(m[k] for k in keys) > 0]
+    if not logged:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    window = max(1, len(logged) // 10)
+    figure, axis = plt.subplots(figsize=(6, 3.4))
+    shares = [moving_mean([m[k] for m in logged], window) for k in keys]
+    axis.stackplot([m["step"] for m in logged], shares, labels=[f"π_old ∈ {k[len(prefix) :]}" for k in keys])
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("share of the gradient")
+    axis.set_ylim(0, 1)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.suptitle(f"gradient share per token-probability bucket (moving mean over {window} steps)")
+    figure.tight_layout()
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
 
 
 def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -77,16 +115,21 @@ def pass_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], seconds: dict[str, float]) -> Path:
-    """Write report.md (and its PNG curves) in `run_dir`; return its path."""
+def write_report(
+    run_dir: Path, before: dict[str, Any], after: dict[str, Any], seconds: dict[str, float], method: str
+) -> Path:
+    """Write report.md (and its PNG curves) in `run_dir`; return its path. `method` names the method and settings."""
     metrics = read_metrics(run_dir / "metrics.jsonl")
     reward_keys = {
         k: k for k in sorted({k for m in metrics for k in m}) if k.startswith("rewards/") and k.endswith("/mean")
     }
     curves = plot_curves(metrics, run_dir / "curves.png", reward_keys, "training rewards (per generated batch)")
+    gradient_share = plot_gradient_share(metrics, run_dir / "gradient_share.png")
     timing = " · ".join(f"{name} {value:.0f} s" for name, value in seconds.items())
     parts = [
         f"# Run report: {run_dir.name}",
+        "",
+        f"Method: {method}.",
         "",
         f"Wall time: {sum(seconds.values()):.0f} s ({timing}).",
         "",
@@ -107,6 +150,16 @@ def write_report(run_dir: Path, before: dict[str, Any], after: dict[str, Any], s
         ]
     if curves:
         parts += ["## Training curves", "", f"![training rewards]({curves.name})", ""]
+    if gradient_share:
+        parts += [
+            "## Gradient share by token probability",
+            "",
+            "Each π_old bucket's share of the policy gradient, Σ |Â| (1 − π_old) over its tokens "
+            "(`probs/grad_share_*` in metrics.jsonl; docs/paper.md §9).",
+            "",
+            f"![gradient share]({gradient_share.name})",
+            "",
+        ]
     path = run_dir / "report.md"
     write_atomic(path, "\n".join(parts))  # whole or absent: a resumed run redoes a missing report
     return path

@@ -2,10 +2,11 @@
 
 A run folder holds config.yaml (the resolved settings), metrics.jsonl (one line per log), tensorboard/
 (events), checkpoint-N/ (Trainer checkpoints), final/ (the trained model and tokenizer, HF format),
-run.json (written once final/ is whole) and, with evaluate, eval_before.json, eval_after.json and
-report.md. One process at a time writes a folder (`folder_lock`). `--resume` trains only the steps
-left after the newest complete checkpoint and then writes only the outputs that are missing, so a run
-killed at any point, finished or not, resumed any number of times, ends with the same files.
+run.json (written once final/ is whole), README.md (lopti's model card) and, with evaluate,
+eval_before.json, eval_after.json and report.md. One process at a time writes a folder (`folder_lock`).
+`--resume` trains only the steps left after the newest complete checkpoint and then writes only the
+outputs that are missing, so a run killed at any point, finished or not, resumed any number of times,
+ends with the same files.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from transformers import TrainerCallback
 
 from lopti.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.console import rl_columns, use_lopti_console
 from lopti.train.evaluate import evaluate_rows
 from lopti.train.files import folder_lock, write_atomic
+from lopti.train.model_card import method_line, use_lopti_model_card, write_model_card
 from lopti.train.models import load_model, load_tokenizer, resolve_model
 from lopti.train.report import write_report
 from lopti.train.resume import check_resume_settings
@@ -150,6 +153,8 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps()],
     )
     trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
+    use_lopti_console(trainer, "RL", rl_columns(get_task(run.task), args.probability_buckets))
+    use_lopti_model_card(trainer, run)
     return trainer
 
 
@@ -279,5 +284,7 @@ def _train_locked(
     if run.evaluate and main_process:
         path = run_dir / "eval_after.json"
         after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
-        write_report(run_dir, before, after, seconds)
+        write_report(run_dir, before, after, seconds, method_line(trainer.args))
+    if main_process:
+        write_model_card(run_dir, run, trainer.args)
     return run_dir

@@ -80,6 +80,8 @@ def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    from lopti.train.console import SFT_COLUMNS, use_lopti_console
+
     tokenizer = AutoTokenizer.from_pretrained(base)
     args = SFTConfig(
         output_dir=str(Path(out) / "sft-work"),
@@ -104,6 +106,7 @@ def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None
         train_dataset=sft_dataset(config),
         processing_class=tokenizer,
     )
+    use_lopti_console(trainer, "warm start (SFT)", SFT_COLUMNS)
     trainer.train()
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
