@@ -245,9 +245,12 @@ def _train_locked(
     if "run.json" not in todo:
         seconds["train"] = json.loads((run_dir / "run.json").read_text())["train_seconds"]
     if not {"run.json", "eval_before.json", "eval_after.json"} & set(todo):  # nothing needs the model
-        if todo and main_process:
-            outputs = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
-            write_report(run_dir, *outputs, seconds)
+        if main_process:
+            args = LoptiGRPOConfig(**trainer_kwargs)
+            if todo:
+                outputs = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
+                write_report(run_dir, *outputs, seconds, method_line(args))
+            write_model_card(run_dir, run, args)
         print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
         return run_dir
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
