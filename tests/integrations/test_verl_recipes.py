@@ -2,6 +2,7 @@
 
 import datasets
 import pytest
+from hydra import compose, initialize_config_module
 from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -61,3 +62,21 @@ def test_math_reward_is_verls_custom_reward_on_lopti_data(recipe, tmp_path):
     kwargs = {"data_source": row["data_source"], "ground_truth": truth, "extra_info": row["extra_info"]}
     assert score(solution_str=f"so the answer is \\boxed{{{truth}}}", **kwargs) == 1.0
     assert score(solution_str="so the answer is \\boxed{x^{17}}", **kwargs) == 0.0
+
+
+def test_the_documented_overrides_switch_ar_and_lopti_on_verls_own_config():
+    overrides = [  # docs/verl.md, "Switching AR and Lopti on"
+        "actor_rollout_ref.actor.policy_loss._target_=lopti.integrations.verl.ar.ARPolicyLossConfig",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=lopti_ar",
+        "+actor_rollout_ref.actor.policy_loss.ar_alpha=0.3",
+        "actor_rollout_ref.actor.clip_ratio_c=10.0",
+        "trainer.v1.trainer_mode=lopti",
+        "+trainer.v1.lopti.eta=0.4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.n=8",
+    ]
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose("ppo_trainer", overrides=overrides)
+    built = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    assert isinstance(built.policy_loss, ARPolicyLossConfig) and built.policy_loss.ar_alpha == 0.3
+    assert LoptiPPOTrainer(config).lopti.eta == 0.4
