@@ -196,6 +196,7 @@ def test_scale_schedule_leaves_unset_lengths_alone():
         ("trainer.v1.lopti.eta=0", "trainer.v1.lopti.eta"),
         ("trainer.v1.lopti.eta=1.0", "trainer.v1.lopti.eta"),
         ("trainer.v1.lopti.eta=1.5", "trainer.v1.lopti.eta"),
+        ("trainer.v1.lopti.eta=half", "trainer.v1.lopti.eta"),
         ("trainer.v1.lopti.order=middle_first", "trainer.v1.lopti.order"),
         ("trainer.v1.lopti.base_mode=colocate_async", "trainer.v1.lopti.base_mode"),
         ("trainer.v1.lopti.base_mode=separate_async", "trainer.v1.lopti.base_mode"),

@@ -42,30 +42,28 @@ def lopti_ppo_loss(
     if PHASE_MASK not in data.keys():  # noqa: SIM118 (TensorDict refuses `in` on itself)
         return ppo_loss(config, model_output, data, dp_group)
     loss, metrics = ppo_loss(policy_config, model_output, data, dp_group)
-    regularised = config.use_kl_loss or (config.entropy_coeff != 0 and model_output.get("entropy") is not None)
-    if not regularised:
+    with_entropy = config.entropy_coeff != 0 and model_output.get("entropy") is not None
+    if not (with_entropy or config.use_kl_loss):
         return loss, metrics
 
     fields = ["response_mask", PHASE_MASK] + (["ref_log_prob"] if config.use_kl_loss else [])
     padded = data.select(*fields).to_padded_tensor()
-    response_mask = padded["response_mask"].bool()
+    phase = padded[PHASE_MASK].float()
     reduce = functools.partial(
         agg_loss,
-        loss_mask=response_mask,
+        loss_mask=padded["response_mask"].bool(),
         loss_agg_mode=config.loss_agg_mode,
         **policy_config.global_batch_info,  # filled in by ppo_loss for this micro-batch
     )
     aggregation = metrics["actor/pg_loss"].aggregation
-    if config.entropy_coeff != 0 and model_output.get("entropy") is not None:
-        entropy = no_padding_2_padding(model_output["entropy"], data)
-        phase = padded[PHASE_MASK].to(entropy.dtype)
-        entropy_loss = reduce(loss_mat=entropy * phase)
+    if with_entropy:
+        entropy_loss = reduce(loss_mat=no_padding_2_padding(model_output["entropy"], data) * phase)
         loss = loss - config.entropy_coeff * entropy_loss
         metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=aggregation)
     if config.use_kl_loss:
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         kl = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type)
-        kl_loss = reduce(loss_mat=kl * padded[PHASE_MASK].to(kl.dtype))
+        kl_loss = reduce(loss_mat=kl * phase)
         loss = loss + config.kl_loss_coef * kl_loss
         metrics["kl_loss"] = Metric(value=kl_loss, aggregation=aggregation)
         metrics["kl_coef"] = config.kl_loss_coef

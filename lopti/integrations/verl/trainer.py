@@ -67,8 +67,8 @@ def lopti_settings(config: DictConfig) -> LoptiSettings:
     if unknown:
         raise ValueError(f"{SETTINGS_KEY}.{unknown[0]} is not a Lopti setting; use one of {sorted(known)}")
     settings = LoptiSettings(**given)
-    if not 0.0 < settings.eta < 1.0:
-        raise ValueError(f"{SETTINGS_KEY}.eta must be in (0, 1), got {settings.eta}")
+    if not (isinstance(settings.eta, int | float) and 0.0 < settings.eta < 1.0):
+        raise ValueError(f"{SETTINGS_KEY}.eta must be a number in (0, 1), got {settings.eta!r}")
     if settings.order not in ORDERS:
         raise ValueError(f"{SETTINGS_KEY}.order must be one of {ORDERS}, got {settings.order!r}")
     if settings.base_mode not in SUPPORTED_BASE_MODES:
