@@ -113,10 +113,12 @@ class LoptiPPOTrainer(PPOTrainerSync):
         """Accept verl's assignment of the registered name ("lopti"), which the getter replaces."""
 
     def _init_dataloader(self) -> None:
+        """Build verl's dataloaders, then count the actor's schedule in actor updates (two per RL step)."""
         super()._init_dataloader()  # sets the optimizer's total_training_steps from the data
         scale_schedule(self.config.actor_rollout_ref.actor.optim, UPDATES_PER_STEP)
 
     def on_init_end(self) -> None:
+        """Install the phase-masked actor loss on every actor worker, then sync weights as verl's sync trainer."""
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(phase_loss_fn(actor_config))
         super().on_init_end()
