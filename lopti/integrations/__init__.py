@@ -1,0 +1,1 @@
+"""Adapters that put lopti's algorithms into other training frameworks (verl)."""
