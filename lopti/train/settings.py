@@ -106,7 +106,7 @@ TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
     "save_steps": {"above": 0},
     "eval_steps": {"above": 0},
     "save_total_limit": {"min": 1},
-    "seed": {"min": 0},
+    "seed": {"min": 0, "max": 2**32 - 1},  # numpy's limit
     "data_seed": {"min": 0},
 }
 
@@ -137,8 +137,8 @@ def _describe(hint: Any) -> str:
 
 
 def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
-    """Return `value` as type `hint`; `lenient` also takes ints for floats, numbers for text, numbers written as
-    text (YAML reads 1e-5 as text) and lists written as "a,b"."""
+    """Return `value` checked against type `hint`, converted only where it must be: `lenient` also takes ints
+    for floats, numbers for text, numbers written as text (YAML reads 1e-5 as text) and lists as "a,b"."""
     origin = typing.get_origin(hint) or hint
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is Any:
@@ -152,7 +152,9 @@ def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
         if lenient and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
             return int(value)
     elif hint is float:
-        if (number and (lenient or isinstance(value, float))) or (lenient and isinstance(value, str)):
+        if number and (lenient or isinstance(value, float)) and (isinstance(value, int) or math.isfinite(value)):
+            return value  # an int stands for a float (PEP 484) and stays as written
+        if lenient and isinstance(value, str):
             try:
                 converted = float(value)
             except ValueError:
@@ -161,7 +163,7 @@ def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
                 return converted
     elif hint is str:
         if isinstance(value, str) or (lenient and number):
-            return str(value)
+            return value  # people: 5 means "5"; its readers take both
     elif origin is list:
         items = value
         if lenient and isinstance(value, str):
