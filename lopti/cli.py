@@ -107,7 +107,7 @@ def _analyze(args: argparse.Namespace) -> None:
     import difflib
 
     from lopti.diagnostics.analyze import AnalyzeConfig, analyze, summary_markdown
-    from lopti.train.settings import load_yaml, parse_overrides
+    from lopti.train.settings import check_values, load_yaml, parse_overrides
 
     known = {f.name for f in dataclasses.fields(AnalyzeConfig)}
     settings = {}
@@ -130,8 +130,10 @@ def _analyze(args: argparse.Namespace) -> None:
         settings["edges"] = tuple(float(e) for e in settings["edges"].split(","))
     if isinstance(settings.get("methods"), str):
         settings["methods"] = tuple(m.strip() for m in settings["methods"].split(","))
-    config = AnalyzeConfig(**settings)
-    out = args.out or str(Path("analysis") / f"{Path(config.model).name}-{config.task}")
+    config = AnalyzeConfig(**{**settings, **check_values(settings, AnalyzeConfig, "analyze settings")})
+    out = args.folder = str(
+        check_output_folder(args.out or Path("analysis") / f"{Path(config.model).name}-{config.task}", "--out")
+    )
     result = analyze(config, out)
     print(summary_markdown(result))
     print(f"analysis folder: {out}")
@@ -151,8 +153,7 @@ def _compare(args: argparse.Namespace) -> None:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
         raise ValueError(f"--seeds must be integers like 0,1,2, got {args.seeds!r}") from None
-    out = Path(args.out or Path("results") / config.stem)
-    args.folder = out
+    out = args.folder = check_output_folder(args.out or Path("results") / config.stem, "--out")
     run_all(config, parse_overrides(args.overrides), variants, seeds, out)
     results = collect(out)
     command = "lopti compare " + " ".join(shlex.quote(a) for a in args.argv)

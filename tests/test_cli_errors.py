@@ -61,6 +61,9 @@ OTHERS = [
     (["data", "kk", "--depth", "2000", "--out", "TMP/kk"], "depth must be a whole number from 1 to 8, got 2000"),
     (["data", "kk", "--people", "2", "--train", "100000", "--test", "5", "--out", "TMP/kk"], "found only 139 of"),
     (["data", "math", "--train", "-3", "--out", "TMP/math"], "train must be a whole number ≥ 0"),
+    (["compare", "--out", "FILE"], "--out FILE is a file, not a folder"),
+    (["analyze", "--prompts", "abc"], "prompts must be a whole number, got 'abc'"),
+    (["analyze", "--out", "FILE"], "--out FILE is a file, not a folder"),
 ]
 
 
@@ -118,7 +121,7 @@ def test_bad_training_input_is_one_line_before_any_model(words, message, workspa
 
 
 @pytest.mark.parametrize(("words", "message"), OTHERS, ids=[" ".join(w) for w, _ in OTHERS])
-def test_bad_eval_and_data_input_is_one_line_before_any_model(words, message, workspace, capsys):
+def test_bad_input_to_other_commands_is_one_line_before_any_model(words, message, workspace, capsys):
     assert main(fill(words, workspace)) == 2
     line = one_error_line(capsys)
     assert line.startswith("error: ") and fill([message], workspace)[0] in line
