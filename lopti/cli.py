@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+import time
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
+from rich.markup import escape
+
+from lopti.errors import TrainingStopped, check_output_folder, disk_full_message
 
 RECIPES = Path(__file__).parent / "configs"
 DEFAULT_RECIPES = {"kk": RECIPES / "kk-tiny-cpu.yaml", "math": RECIPES / "math-smollm2-cpu.yaml"}
@@ -15,6 +21,7 @@ DEFAULT_RECIPES = {"kk": RECIPES / "kk-tiny-cpu.yaml", "math": RECIPES / "math-s
 def _data_kk(args: argparse.Namespace) -> None:
     from lopti.tasks.kk.data import write_kk
 
+    check_output_folder(args.out, "--out")
     written = write_kk(
         args.out,
         people=args.people,
@@ -32,6 +39,7 @@ def _data_kk(args: argparse.Namespace) -> None:
 def _data_math(args: argparse.Namespace) -> None:
     from lopti.tasks.math.data import write_math
 
+    check_output_folder(args.out, "--out")
     written = write_math(
         args.out, levels=args.levels, train=args.train, test=args.test, seed=args.seed, template=args.template
     )
@@ -40,8 +48,6 @@ def _data_math(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    import time
-
     from lopti.train.resume import resumed_settings
     from lopti.train.run import train
     from lopti.train.settings import parse_overrides, resolve, split
@@ -56,6 +62,7 @@ def _train(args: argparse.Namespace) -> None:
     else:
         settings = resolve(config, overrides, defaults={})
     settings.setdefault("output_dir", str(Path("runs") / f"{config.stem}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    args.folder = settings["output_dir"]
     run, trainer_kwargs = split(settings)
     run_dir = train(run, trainer_kwargs, settings)
     print(f"run folder: {run_dir}")
@@ -77,7 +84,7 @@ EVAL_FROM_RUN = {  # `lopti eval --config`: RunConfig key -> EvalConfig field
 
 def _eval(args: argparse.Namespace) -> None:
     from lopti.train.eval_run import EvalConfig, eval_markdown, run_eval
-    from lopti.train.settings import load_yaml
+    from lopti.train.settings import check_values, load_yaml
 
     settings: dict = {}
     if args.config:
@@ -85,11 +92,13 @@ def _eval(args: argparse.Namespace) -> None:
         for key, field in EVAL_FROM_RUN.items():
             if recipe.get(key) is not None:
                 settings[field] = recipe[key]
+        settings = check_values(settings, EvalConfig, args.config)
     flags = {k: v for k, v in vars(args).items() if k in EvalConfig.__dataclass_fields__ and v is not None}
     config = EvalConfig(**{**settings, **flags})
     out = args.out or str(
         Path("evals") / f"{Path(config.model).name}-{config.task}-{config.samples}x-T{config.temperature:g}"
     )
+    args.folder = out
     result = run_eval(config, out)
     print(eval_markdown(result, config))
     print(f"results folder: {out}")
@@ -100,7 +109,7 @@ def _analyze(args: argparse.Namespace) -> None:
     import difflib
 
     from lopti.diagnostics.analyze import AnalyzeConfig, analyze, summary_markdown
-    from lopti.train.settings import load_yaml, parse_overrides
+    from lopti.train.settings import check_values, load_yaml, parse_overrides
 
     known = {f.name for f in dataclasses.fields(AnalyzeConfig)}
     settings = {}
@@ -123,8 +132,10 @@ def _analyze(args: argparse.Namespace) -> None:
         settings["edges"] = tuple(float(e) for e in settings["edges"].split(","))
     if isinstance(settings.get("methods"), str):
         settings["methods"] = tuple(m.strip() for m in settings["methods"].split(","))
-    config = AnalyzeConfig(**settings)
-    out = args.out or str(Path("analysis") / f"{Path(config.model).name}-{config.task}")
+    config = AnalyzeConfig(**{**settings, **check_values(settings, AnalyzeConfig, "analyze settings")})
+    out = args.folder = str(
+        check_output_folder(args.out or Path("analysis") / f"{Path(config.model).name}-{config.task}", "--out")
+    )
     result = analyze(config, out)
     print(summary_markdown(result))
     print(f"analysis folder: {out}")
@@ -144,7 +155,7 @@ def _compare(args: argparse.Namespace) -> None:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
         raise ValueError(f"--seeds must be integers like 0,1,2, got {args.seeds!r}") from None
-    out = Path(args.out or Path("results") / config.stem)
+    out = args.folder = check_output_folder(args.out or Path("results") / config.stem, "--out")
     run_all(config, parse_overrides(args.overrides), variants, seeds, out)
     results = collect(out)
     command = "lopti compare " + " ".join(shlex.quote(a) for a in args.argv)
@@ -153,9 +164,27 @@ def _compare(args: argparse.Namespace) -> None:
     print(f"results folder: {out}")
 
 
+def _boolean(text: str) -> bool:
+    """Return the truth value of a flag: true/false, yes/no or 1/0; anything else is an error."""
+    value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one red line (argparse prints the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(self.prog)}: {escape(message)} (see {escape(self.prog)} --help)"
+        )
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `lopti` command."""
-    parser = argparse.ArgumentParser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
+    parser = Parser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser(
@@ -186,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--temperature", type=float, help="0 = greedy (default 0)")
     evaluate.add_argument("--max_new_tokens", type=int, help="answer budget in tokens (default 512)")
     evaluate.add_argument("--template", help="prompt template (default: kk chatml-think, math chat)")
-    evaluate.add_argument("--fixed_names", type=lambda t: t.lower() in ("1", "true", "yes"), help="K&K: true/false")
+    evaluate.add_argument("--fixed_names", type=_boolean, help="K&K: true/false")
     evaluate.add_argument("--data_seed", type=int, help="seed of the generated held-out set (default 0)")
     evaluate.add_argument("--batch_size", type=int, help="prompts per generate call (default 64)")
     evaluate.add_argument("--seed", type=int, help="sampling seed (default 0)")
@@ -242,15 +271,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupted(args: argparse.Namespace) -> str:
+    """Return what to say after Ctrl-C: how to continue, when the command can."""
+    if args.command == "train" and args.folder:
+        if not any(Path(args.folder).glob("checkpoint-*/trainer_state.json")):
+            return "interrupted before the first checkpoint was saved; run the same command again to start over"
+        return f"interrupted; continue with: lopti train --resume --output_dir {shlex.quote(str(args.folder))}"
+    if args.command in ("eval", "compare"):  # both pick up where they stopped
+        return f"interrupted; continue with: lopti {args.command} {shlex.join(args.argv)}"
+    return "interrupted"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; bad input ends in one red line on stderr and exit status 2."""
+    """Run the command. Every failure a user can act on ends in one red line on stderr: bad input with exit
+    status 2, a stopped run or a full disk with 1, Ctrl-C with 130 (and the command that continues)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command not in ("train", "analyze", "compare"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exit:  # --help, or a flag argparse rejected (already printed)
+        return exit.code if isinstance(exit.code, int) else 2
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
-    if args.command in ("train", "analyze", "compare"):
-        args.overrides = extra  # --key value pairs for any config field
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.folder = getattr(args, "out", None)  # where the command writes; `lopti train` sets its output_dir
+    args.overrides = extra  # train, analyze, compare: --key value pairs for any config field
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    started = time.time()
     try:
         if args.command in ("train", "eval", "analyze", "compare"):
             from lopti.train.console import hide_third_party_noise
@@ -258,8 +304,20 @@ def main(argv: list[str] | None = None) -> int:
             hide_third_party_noise()
         args.run(args)
     except (ValueError, FileNotFoundError, PermissionError) as error:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {error}")
+        console.print(f"[bold red]error:[/] {escape(str(error))}")
         return 2
+    except TrainingStopped as error:
+        console.print(f"[bold red]stopped:[/] {escape(str(error))}")
+        return 1
+    except KeyboardInterrupt:
+        console.print(f"[bold red]{escape(_interrupted(args))}[/]")
+        return 130
+    except (OSError, RuntimeError) as error:
+        message = disk_full_message(error, args.folder, started)
+        if message is None:
+            raise
+        console.print(f"[bold red]error:[/] {escape(message)}")
+        return 1
     return 0
 
 

@@ -76,7 +76,10 @@ class LoptiGRPOConfig(GRPOConfig):
     )
     max_nonfinite_losses: int = field(
         default=3,
-        metadata={"help": "Stop training after this many consecutive non-finite losses (each one is skipped)."},
+        metadata={
+            "help": "Stop training after this many optimizer steps in a row whose update was skipped for a "
+            "non-finite loss or reward (each such step is skipped: lopti.train.guards)."
+        },
     )
 
     def __post_init__(self) -> None:

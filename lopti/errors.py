@@ -1,0 +1,95 @@
+"""How failures reach the user: the errors the `lopti` command prints as one line, and the file checks that raise
+them before any work starts.
+
+Bad input raises ValueError / FileNotFoundError / PermissionError naming the key, value or path (exit status 2);
+a run that cannot go on raises `TrainingStopped` (exit status 1). This module imports nothing heavy, so the
+command can use it before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# What torch's C++ writer says when a write fails; it names neither the file nor the cause.
+TORCH_WRITE_FAILURES = ("unexpected pos", "basic_ios::clear", "file write failed", "PytorchStreamWriter failed")
+LOW_SPACE_BYTES = 100 * 2**20  # after a failed write, less than this left means the disk filled up
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped on purpose, before saving a broken state; the message says why and what to change."""
+
+
+def check_output_folder(path: str | Path | None, key: str) -> Path:
+    """Return `path` as a Path once it is known to be a folder this process can write to (or create).
+
+    Checked up front so that a typo or a read-only disk fails in a second, not after the model is built.
+    Nothing is left behind: a folder that does not exist yet is not created.
+    """
+    if path is None or not str(path).strip():
+        raise ValueError(f"{key} needs a folder path, got an empty value")
+    folder = Path(path).expanduser()
+    existing = folder
+    while not existing.exists():
+        if existing.is_symlink():
+            raise ValueError(f"{key} {folder}: {existing} is a broken symbolic link")
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is" if existing == folder else f"cannot be created: {existing} is"
+        raise ValueError(f"{key} {folder} {what} a file, not a folder")
+    try:  # os.access would say yes to root on a read-only mount; an actual write cannot lie
+        Path(tempfile.mkdtemp(prefix=".lopti-write-test-", dir=existing)).rmdir()
+    except OSError as error:
+        raise PermissionError(f"{key} {folder}: cannot write in {existing} ({error.strerror})") from None
+    return folder
+
+
+def _causes(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def newest_file(folder: Path, since: float) -> Path | None:
+    """Return the file under `folder` modified last, if after `since` (the one a failed write left behind)."""
+    newest, newest_time = None, since
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = Path(root) / name
+            try:
+                modified = path.stat().st_mtime
+            except OSError:
+                continue
+            if modified >= newest_time:
+                newest, newest_time = path, modified
+    return newest
+
+
+def disk_full_message(error: BaseException, folder: str | Path | None, since: float) -> str | None:
+    """Return "no space left on device while writing <path>" if `error` comes from a full disk, else None.
+
+    An OSError says so itself (ENOSPC, EDQUOT); torch's writer only says "unexpected pos" or "basic_ios::clear",
+    so those count when the output folder's disk is nearly full. The path is the file named by the error, else
+    the newest file in `folder` written since `since` (the partial one), else the folder.
+    """
+    folder = Path(folder) if folder else Path.cwd()
+    named = None
+    full = False
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and cause.errno in DISK_FULL_ERRNOS:
+            full, named = True, named or cause.filename
+        elif "No space left on device" in str(cause) or "Disk quota exceeded" in str(cause):
+            full = True
+        elif any(marker in str(cause) for marker in TORCH_WRITE_FAILURES):
+            existing = next((p for p in (folder, *folder.parents) if p.exists()), Path.cwd())
+            full = full or shutil.disk_usage(existing).free < LOW_SPACE_BYTES
+    if not full:
+        return None
+    path = named or (newest_file(folder, since) if folder.is_dir() else None) or folder
+    return f"no space left on device while writing {path}; free some space, then run the command again"

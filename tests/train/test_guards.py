@@ -1,0 +1,125 @@
+"""TrainingGuard: non-finite rewards and losses skip their whole update and stop at the limit; diverging
+weights stop the run before anything is saved, in one line (issue 14, items 11 and 12)."""
+
+import logging
+import math
+
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from lopti.cli import main
+from lopti.errors import TrainingStopped
+from lopti.train import run as run_module
+from lopti.train.config import LoptiGRPOConfig
+from lopti.train.trainer import LoptiGRPOTrainer
+
+
+def id_reward(completions, completion_ids, **kwargs):
+    """A reward with spread even for a random model: a hash of the token ids."""
+    return [sum((k + 1) * i for k, i in enumerate(ids)) % 97 / 97 for ids in completion_ids]
+
+
+class Snapshots(TrainerCallback):
+    """Keep a copy of the weights after every optimizer step."""
+
+    def __init__(self):
+        self.weights = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.weights[state.global_step] = [p.detach().clone() for p in model.parameters()]
+
+
+def make(folder, prompts, tmp_path, reward, **overrides):
+    settings = dict(
+        per_device_train_batch_size=4, num_generations=4, max_completion_length=8, learning_rate=1e-2,
+        use_cpu=True, bf16=False, report_to=[], logging_steps=1, seed=0, save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    return LoptiGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        reward_funcs=[reward],
+        args=LoptiGRPOConfig(output_dir=str(tmp_path / "out"), **{**settings, **overrides}),
+        train_dataset=prompts,
+        processing_class=AutoTokenizer.from_pretrained(folder),
+    )
+
+
+def logged(trainer, key):
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+@pytest.mark.parametrize("estimator", [None, "grpo"], ids=["trl-advantages", "paper-advantages"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+def test_nonfinite_reward_skips_its_updates_then_stops(bad, estimator, tiny_model_dir, kk_prompts, tmp_path, caplog):
+    def flaky(completions, completion_ids, **kwargs):
+        values = id_reward(completions, completion_ids)
+        flaky.calls += 1
+        if flaky.calls > 1:  # every generated batch after the first
+            values[1] = bad
+        return values
+
+    flaky.calls = 0
+    trainer = make(
+        tiny_model_dir, kk_prompts, tmp_path, flaky, max_steps=8, max_nonfinite_losses=3, advantage_estimator=estimator
+    )
+    start = [p.detach().clone() for p in trainer.model.parameters()]
+    snapshots = Snapshots()
+    trainer.add_callback(snapshots)
+    expected = r"step 4: 3 poisoned update\(s\) in a row \(max_nonfinite_losses=3\); last: reward function 'flaky' "
+    expected += f"returned {bad} for sample 1"
+    with caplog.at_level(logging.WARNING), pytest.raises(TrainingStopped, match=expected):
+        trainer.train()
+    assert any(not torch.equal(p, q) for p, q in zip(start, snapshots.weights[1], strict=True)), "step 1 trained"
+    # Steps 2 and 3 were skipped: Adam's momentum from step 1 would have moved the weights under a zero loss.
+    for step in (2, 3):
+        assert all(torch.equal(p, q) for p, q in zip(snapshots.weights[1], snapshots.weights[step], strict=True))
+    assert logged(trainer, "nonfinite_rewards") == [0.0, 1.0, 1.0]  # a count per step, not a mean
+    warnings = [r.getMessage() for r in caplog.records if "reward function 'flaky'" in r.getMessage()]
+    assert warnings and f"returned {bad} for sample 1 of the batch (1 of 4 non-finite)" in warnings[0]
+
+
+def test_nonfinite_loss_drops_the_whole_update_and_is_counted(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, id_reward, max_steps=4, max_nonfinite_losses=2)
+    model, args, state, control = trainer.model.train(), trainer.args, trainer.state, trainer.control
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    logps = torch.zeros(2, 3, requires_grad=True)
+
+    def micro_steps(*losses):
+        for parameter in model.parameters():
+            parameter.grad = torch.ones_like(parameter)
+        returned = [trainer._guard_nonfinite(torch.tensor(loss), logps).item() for loss in losses]
+        trainer._guard.on_pre_optimizer_step(args, state, control, optimizer=optimizer)
+        weights = [p.detach().clone() for p in model.parameters()]
+        optimizer.step()
+        moved = any(not torch.equal(p, q) for p, q in zip(weights, model.parameters(), strict=True))
+        return returned, moved
+
+    assert micro_steps(1.0, 2.0) == ([1.0, 2.0], True)
+    assert trainer._metrics["train"]["nonfinite_losses"] == [0.0]
+    assert micro_steps(1.0, math.nan) == ([1.0, 0.0], False)  # one bad micro-step drops the whole update
+    assert trainer._metrics["train"]["nonfinite_losses"] == [1.0]
+    assert micro_steps(1.0) == ([1.0], True)  # a clean step resets the run of skipped ones
+    assert micro_steps(math.inf) == ([0.0], False)
+    assert trainer._metrics["train"]["nonfinite_losses"] == [2.0]  # summed until the next log
+    with pytest.raises(TrainingStopped, match=r"2 poisoned update\(s\) in a row.*loss was not finite.*learning rate"):
+        micro_steps(math.nan)
+
+
+def test_diverging_learning_rate_stops_before_any_save_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights, tokenizer=None: ([id_reward], [1.0]))
+    settings = dict(
+        model=str(tiny_model_dir), template="compact", people="3", train_puzzles=16, eval_puzzles=4,
+        num_generations=4, per_device_train_batch_size=4, max_completion_length=8, max_steps=3,
+        save_strategy="steps", save_steps=1, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
+        learning_rate=1e6, lr_scheduler_type="constant", seed=0, disable_tqdm=True,
+    )  # fmt: skip
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(settings))
+    run_dir = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--output_dir", str(run_dir)]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]  # progress bars, then the end
+    assert not any("Traceback" in line or "error" in line.lower() for line in lines[:-1])
+    assert lines[-1].startswith("stopped: step 1: the weights grew from norm ")
+    assert lines[-1].endswith("nothing from this step was saved; the learning rate (1e+06) is likely too high")
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint") or p.name == "final"]
