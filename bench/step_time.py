@@ -23,10 +23,10 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from lopti.commands.settings import RunConfig
+from lopti.models.loading import load_tokenizer, resolve_model
+from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.models import load_tokenizer, resolve_model
-from lopti.train.settings import RunConfig
-from lopti.train.tasks import get_task
 from lopti.train.trainer import LoptiGRPOTrainer
 
 VARIANTS = {

@@ -48,9 +48,9 @@ def _data_math(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from lopti.train.resume import resumed_settings
-    from lopti.train.run import train
-    from lopti.train.settings import parse_overrides, resolve, split
+    from lopti.commands.resume import resumed_settings
+    from lopti.commands.settings import parse_overrides, resolve, split
+    from lopti.commands.train_run import train
 
     overrides = parse_overrides(args.overrides)
     task = str(overrides.get("task", "kk"))
@@ -83,8 +83,8 @@ EVAL_FROM_RUN = {  # `lopti eval --config`: RunConfig key -> EvalConfig field
 
 
 def _eval(args: argparse.Namespace) -> None:
-    from lopti.train.eval_run import EvalConfig, eval_markdown, run_eval
-    from lopti.train.settings import check_values, load_yaml
+    from lopti.commands.eval_run import EvalConfig, eval_markdown, run_eval
+    from lopti.commands.settings import check_values, load_yaml
 
     settings: dict = {}
     if args.config:
@@ -108,8 +108,8 @@ def _analyze(args: argparse.Namespace) -> None:
     import dataclasses
     import difflib
 
+    from lopti.commands.settings import check_values, load_yaml, parse_overrides
     from lopti.diagnostics.analyze import AnalyzeConfig, analyze, summary_markdown
-    from lopti.train.settings import check_values, load_yaml, parse_overrides
 
     known = {f.name for f in dataclasses.fields(AnalyzeConfig)}
     settings = {}
@@ -145,9 +145,9 @@ def _compare(args: argparse.Namespace) -> None:
     import json
     import shlex
 
-    from lopti.train.compare import collect, run_all
-    from lopti.train.compare_report import results_table, write_compare_report
-    from lopti.train.settings import parse_overrides
+    from lopti.commands.compare import collect, run_all
+    from lopti.commands.compare_report import results_table, write_compare_report
+    from lopti.commands.settings import parse_overrides
 
     config = Path(args.config) if args.config else DEFAULT_RECIPES["kk"]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     try:
         if args.command in ("train", "eval", "analyze", "compare"):
-            from lopti.train.console import hide_third_party_noise
+            from lopti.console import hide_third_party_noise
 
             hide_third_party_noise()
         args.run(args)

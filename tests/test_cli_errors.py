@@ -15,7 +15,7 @@ import transformers
 
 from lopti import errors
 from lopti.cli import main
-from lopti.train import embedded
+from lopti.models import embedded
 
 # One per line: arguments after `lopti`, and what the error line must name. FILE is a plain file, RO a folder
 # nobody may write in, TMP the test's folder.
@@ -136,7 +136,7 @@ def test_checking_the_output_folder_leaves_nothing_behind(workspace, tmp_path):
 
 
 def fake_train(files: list[str], failure: BaseException):
-    """Return a stand-in for lopti.train.run.train that writes `files` in the run folder, then fails."""
+    """Return a stand-in for lopti.commands.train_run.train that writes `files` in the run folder, then fails."""
 
     def train(run, trainer_kwargs, settings):
         for order, name in enumerate(files, start=1):
@@ -151,7 +151,7 @@ def fake_train(files: list[str], failure: BaseException):
 
 @pytest.mark.parametrize("checkpoint", [True, False], ids=["after-a-checkpoint", "before-any"])
 def test_ctrl_c_prints_how_to_continue(checkpoint, workspace, tmp_path, monkeypatch, capsys):
-    from lopti.train import run as run_module
+    from lopti.commands import train_run as run_module
 
     files = ["metrics.jsonl", *(["checkpoint-2/trainer_state.json"] if checkpoint else [])]
     monkeypatch.setattr(run_module, "train", fake_train(files, KeyboardInterrupt()))
@@ -164,7 +164,7 @@ def test_ctrl_c_prints_how_to_continue(checkpoint, workspace, tmp_path, monkeypa
 
 
 def test_full_disk_names_the_file_being_written(workspace, tmp_path, monkeypatch, capsys):
-    from lopti.train import run as run_module
+    from lopti.commands import train_run as run_module
 
     torch_failure = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     written = ["metrics.jsonl", "checkpoint-2/model.safetensors", "checkpoint-2/optimizer.pt"]
@@ -179,7 +179,7 @@ def test_full_disk_names_the_file_being_written(workspace, tmp_path, monkeypatch
 
 
 def test_torch_write_failure_with_space_left_is_not_called_a_full_disk(workspace, tmp_path, monkeypatch):
-    from lopti.train import run as run_module
+    from lopti.commands import train_run as run_module
 
     torch_failure = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     monkeypatch.setattr(run_module, "train", fake_train(["checkpoint-2/optimizer.pt"], torch_failure))

@@ -1,4 +1,10 @@
-"""The package's layers import one way: core ← tasks ← train / diagnostics / integrations ← cli."""
+"""The package's layers import one way (the README's Layout section names them):
+
+    core ← tasks ← models, evaluation ← diagnostics ← commands ← cli
+    core ← train (the TRL integration) ← commands;  core, tasks ← integrations (verl)
+
+`errors` and `console` are leaf modules every layer but core may use.
+"""
 
 import ast
 import subprocess
@@ -8,34 +14,61 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lopti"
+LEAVES = {"errors", "console"}
 ALLOWED = {
     "core": {"core"},
-    "tasks": {"core", "tasks"},
-    "train": {"core", "tasks", "train"},
-    "diagnostics": {"core", "tasks", "train", "diagnostics"},
-    "integrations": {"core", "tasks", "train", "integrations"},
+    "tasks": {"core", "tasks"} | LEAVES,
+    "models": {"core", "tasks", "models"} | LEAVES,
+    "evaluation": {"core", "tasks", "evaluation"} | LEAVES,
+    "train": {"core", "train"} | LEAVES,
+    "diagnostics": {"core", "tasks", "models", "evaluation", "diagnostics"} | LEAVES,
+    "integrations": {"core", "tasks", "integrations"} | LEAVES,
+    "commands": {"core", "tasks", "models", "evaluation", "train", "diagnostics", "commands"} | LEAVES,
+    "errors": set(),
+    "console": {"core", "tasks"},
 }
-BASE = {"errors"}  # lopti/errors.py imports no lopti module: every layer may raise its errors
 
 
 def lopti_imports(path: Path) -> set[str]:
-    """Return the lopti subpackages that a file imports."""
+    """Return the lopti subpackages (or top-level modules) that a file imports."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module]
-        found |= {name.split(".")[1] for name in names if name.startswith("lopti.") and name.count(".") >= 1}
+            names = [node.module] if node.module != "lopti" else [f"lopti.{alias.name}" for alias in node.names]
+        found |= {name.split(".")[1] for name in names if name.startswith("lopti.")}
     return found
+
+
+def layer_files(layer: str) -> list[Path]:
+    """Return the files of a layer: a package's modules, or the one module of a leaf."""
+    folder = PACKAGE / layer
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{layer}.py"]
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_no_upward_imports(layer):
-    for path in (PACKAGE / layer).rglob("*.py"):
-        upward = lopti_imports(path) - ALLOWED[layer] - BASE
+    files = layer_files(layer)
+    assert any(path.is_file() and path.stat().st_size > 0 for path in files), f"layer {layer} has no code"
+    for path in files:
+        upward = lopti_imports(path) - ALLOWED[layer]
         assert not upward, f"{path.relative_to(PACKAGE.parent)} imports lopti.{upward}"
+
+
+def test_every_module_belongs_to_a_layer():
+    top = {path.stem if path.is_file() else path.name for path in PACKAGE.iterdir() if not path.name.startswith("_")}
+    top -= {"configs", "cli"}  # data, and the command line that may import everything
+    assert top == set(ALLOWED)
+
+
+def test_the_import_checker_sees_an_upward_import(tmp_path):
+    upward = tmp_path / "upward.py"
+    upward.write_text(
+        "from lopti.commands.settings import RunConfig\nimport lopti.train.trainer\nfrom lopti import cli\n"
+    )
+    assert lopti_imports(upward) == {"commands", "train", "cli"}
 
 
 def test_core_imports_neither_trl_nor_transformers():

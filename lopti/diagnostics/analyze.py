@@ -16,9 +16,8 @@ import torch
 from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_gradient_bounds
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts
-from lopti.train.models import load_model, load_tokenizer, resolve_model
-from lopti.train.settings import RunConfig
-from lopti.train.tasks import get_task
+from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.tasks.registry import TaskData, get_task
 
 
 @dataclass
@@ -44,7 +43,7 @@ class AnalyzeConfig(ProbeConfig):
 def training_rows(config: AnalyzeConfig) -> list[dict[str, Any]]:
     """Return `prompts` training prompts of the task (the analysis looks at a training batch)."""
     task = get_task(config.task)
-    run = RunConfig(
+    data = TaskData(
         task=config.task,
         people=config.people,
         levels=config.levels,
@@ -54,7 +53,7 @@ def training_rows(config: AnalyzeConfig) -> list[dict[str, Any]]:
         train_puzzles=config.prompts,  # per size or level; spread over them below
         eval_puzzles=1,
     )
-    rows = task.rows(run)[0]
+    rows = task.rows(data)[0]
     return rows[:: max(1, len(rows) // config.prompts)][: config.prompts]
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lopti.train.evaluate import generate, prompt_text
-from lopti.train.tasks import get_task
+from lopti.evaluation.generation import generate, prompt_text
+from lopti.tasks.registry import get_task
 
 
 @dataclass

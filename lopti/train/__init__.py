@@ -1,4 +1,4 @@
-"""The TRL integration: `LoptiGRPOConfig` and `LoptiGRPOTrainer`, plus the `lopti train` machinery."""
+"""The TRL integration: `LoptiGRPOConfig` and `LoptiGRPOTrainer`, a drop-in subclass of TRL's GRPOTrainer."""
 
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer

@@ -238,7 +238,7 @@ def test_every_kk_scorer_gives_a_finite_value_in_its_range_and_no_credit_to_wron
 
 
 def test_the_evaluation_judge_gives_no_credit_to_wrong_families():
-    from lopti.train.tasks import TASKS
+    from lopti.tasks.registry import TASKS
 
     judge = TASKS["kk"].judge
     for text, names, solution, family in KK_CASES[:2_000]:
@@ -281,7 +281,7 @@ def test_a_look_alike_role_word_earns_nothing_from_any_scorer(text):
 
 @pytest.mark.parametrize("text", NEGATED_CASES)
 def test_a_negated_or_conditional_answer_line_earns_nothing_from_the_strict_scorers(text):
-    from lopti.train.tasks import TASKS
+    from lopti.tasks.registry import TASKS
 
     assert strict_score(text, NAMES, SOLUTION) == -1.0
     assert partial_score(text, NAMES, SOLUTION) == 0.0

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lopti.train import embedded
+from lopti.models import embedded
 
 
 def builder(calls):

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from lopti.cli import main
-from lopti.train import run as run_module
-from lopti.train.compare import variant_settings
+from lopti.commands import train_run as run_module
+from lopti.commands.compare import variant_settings
 
 
 def hash_reward(completions, completion_ids, **kwargs):

@@ -8,14 +8,14 @@ import pytest
 from transformers import PrinterCallback, ProgressCallback, TrainerState
 
 from lopti import cli
-from lopti.train import run as run_module
+from lopti.commands import train_run as run_module
+from lopti.commands.model_card import write_model_card
+from lopti.commands.report import write_report
+from lopti.commands.settings import RunConfig, split
+from lopti.console import SFT_COLUMNS, ConsoleCallback, compact_line, rl_columns
+from lopti.evaluation.scoring import summarise
+from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.console import SFT_COLUMNS, ConsoleCallback, compact_line, rl_columns
-from lopti.train.evaluate import summarise
-from lopti.train.model_card import write_model_card
-from lopti.train.report import write_report
-from lopti.train.settings import RunConfig, split
-from lopti.train.tasks import get_task
 
 QUARTILES = [0.0, 0.25, 0.5, 0.75, 1.0]
 RL_LOG = {
@@ -86,7 +86,7 @@ def test_third_party_future_warnings_are_hidden_and_lopti_warnings_shown(monkeyp
             "`x` is deprecated", FutureWarning, "modeling_utils.py", 1, "transformers.modeling_utils"
         )
         warnings.warn_explicit("TRL will change", DeprecationWarning, "grpo_trainer.py", 1, "trl.trainer.grpo_trainer")
-        warnings.warn_explicit("lopti: check this", UserWarning, "run.py", 1, "lopti.train.run")
+        warnings.warn_explicit("lopti: check this", UserWarning, "run.py", 1, "lopti.commands.train_run")
         warnings.warn_explicit("lopti: old flag", FutureWarning, "cli.py", 1, "lopti.cli")
 
     monkeypatch.setattr(cli, "_eval", fake_eval)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from lopti.cli import main
-from lopti.train import embedded
-from lopti.train.warmstart import WarmStartConfig
+from lopti.models import embedded
+from lopti.models.warmstart import WarmStartConfig
 
 
 @pytest.mark.slow

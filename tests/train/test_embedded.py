@@ -2,7 +2,7 @@
 
 import pytest
 
-from lopti.train import embedded
+from lopti.models import embedded
 
 
 def fake_builder(calls):
@@ -70,7 +70,7 @@ def test_unknown_embedded_name():
 
 
 def test_another_warm_start_is_another_cache_entry(monkeypatch):
-    from lopti.train.warmstart import WarmStartConfig
+    from lopti.models.warmstart import WarmStartConfig
 
     default = embedded.warm_start_key()
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig())

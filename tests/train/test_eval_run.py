@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from lopti.cli import main
-from lopti.train.eval_run import EvalConfig, held_out_rows, run_eval
+from lopti.commands.eval_run import EvalConfig, held_out_rows, run_eval
 
 
 @pytest.fixture
@@ -54,8 +54,8 @@ def test_other_settings_or_foreign_folder_are_refused(config, tmp_path):
 
 
 def test_held_out_rows_match_lopti_train(config):
-    from lopti.train.settings import RunConfig
-    from lopti.train.tasks import get_task
+    from lopti.commands.settings import RunConfig
+    from lopti.tasks.registry import get_task
 
     run = RunConfig(task="kk", people="2-3", eval_puzzles=3, template="compact", train_puzzles=5)
     assert held_out_rows(config) == get_task("kk").rows(run)[1]
@@ -89,8 +89,8 @@ def test_cli_eval_math_from_a_recipe(tiny_model_dir, tmp_path, capsys):
 def test_sampled_evaluation_leaves_the_trainers_random_stream_alone(tiny_model_dir):
     import torch
 
-    from lopti.train.evaluate import generate
-    from lopti.train.models import load_model, load_tokenizer
+    from lopti.evaluation.generation import generate
+    from lopti.models.loading import load_model, load_tokenizer
 
     model, tokenizer = load_model(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
     torch.manual_seed(123)

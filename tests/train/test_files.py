@@ -12,11 +12,11 @@ import yaml
 
 import lopti
 from lopti.cli import main
-from lopti.train.files import folder_lock, write_atomic
+from lopti.commands.files import folder_lock, write_atomic
 
 HOLD = """
 import sys
-from lopti.train.files import folder_lock
+from lopti.commands.files import folder_lock
 with folder_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()

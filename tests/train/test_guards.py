@@ -10,8 +10,8 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from lopti.cli import main
+from lopti.commands import train_run as run_module
 from lopti.errors import TrainingStopped
-from lopti.train import run as run_module
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer
 

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from lopti.cli import main
+from lopti.commands.settings import RunConfig
+from lopti.commands.train_run import task_rewards
 from lopti.tasks.math.data import load_math_rows
-from lopti.train.run import task_rewards
-from lopti.train.settings import RunConfig
 
 
 def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_path):

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lopti.commands.settings import resolve, split
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.settings import resolve, split
 
 CONFIGS = Path(__file__).resolve().parents[2] / "lopti" / "configs"
 RECIPES = sorted(CONFIGS.glob("*.yaml"))

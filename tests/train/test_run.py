@@ -10,9 +10,9 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from lopti import cli
 from lopti.cli import main
-from lopti.train import run as run_module
-from lopti.train.checkpoints import last_complete_checkpoint
-from lopti.train.settings import split
+from lopti.commands import train_run as run_module
+from lopti.commands.checkpoints import last_complete_checkpoint
+from lopti.commands.settings import split
 
 
 def hash_reward(completions, completion_ids, **kwargs):

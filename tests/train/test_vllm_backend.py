@@ -8,8 +8,9 @@ import sys
 import types
 from types import SimpleNamespace
 
-from lopti.train.evaluate import generate, is_vllm, judge_rows, load_vllm
-from lopti.train.tasks import get_task
+from lopti.evaluation.generation import generate, is_vllm, load_vllm
+from lopti.evaluation.scoring import judge_rows
+from lopti.tasks.registry import get_task
 
 
 def fake_vllm(answers: dict[str, str], eos: int) -> types.ModuleType:

@@ -2,9 +2,9 @@
 
 import pytest
 
+from lopti.models.warmstart import WarmStartConfig, sft_dataset
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.rewards import accuracy
-from lopti.train.warmstart import WarmStartConfig, sft_dataset
 
 
 def _answers(completion: str) -> str:

@@ -23,7 +23,7 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 from lopti.core.buckets import bucket_labels
 
 if TYPE_CHECKING:
-    from lopti.train.tasks import Task
+    from lopti.tasks.registry import Task
 
 # Libraries whose FutureWarning / DeprecationWarning speak to their own callers (TRL, transformers, lopti),
 # never to the person running `lopti`.

@@ -80,7 +80,7 @@ def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from lopti.train.console import SFT_COLUMNS, use_lopti_console
+    from lopti.console import SFT_COLUMNS, use_lopti_console
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     args = SFTConfig(

@@ -20,9 +20,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.train.checkpoints import last_complete_checkpoint
-from lopti.train.files import LOCK_NAME, folder_lock, write_atomic
-from lopti.train.settings import resolve, split
+from lopti.commands.checkpoints import last_complete_checkpoint
+from lopti.commands.files import LOCK_NAME, folder_lock, write_atomic
+from lopti.commands.settings import resolve, split
 
 VARIANTS = ("grpo", "ar", "lopti", "ar+lopti")
 DEFAULT_ALPHA = 0.3  # AR's α when the base recipe has none (PAPER.md §4, K&K)
@@ -76,7 +76,7 @@ def run_all(config: str | Path, overrides: dict[str, Any], variants: list[str], 
 
     `out` stays locked meanwhile, so a second comparison into it stops at once.
     """
-    from lopti.train.run import run_outputs, train
+    from lopti.commands.train_run import run_outputs, train
 
     base = resolve(config, overrides, defaults={})
     identity = {"base": base, "variants": variants, "seeds": seeds}

@@ -13,12 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lopti.commands.files import LOCK_NAME, folder_lock, write_atomic
+from lopti.commands.settings import RunConfig, check_values
 from lopti.errors import check_output_folder
-from lopti.train.evaluate import judge_rows, load_vllm, summarise
-from lopti.train.files import LOCK_NAME, folder_lock, write_atomic
-from lopti.train.models import load_model, load_tokenizer, resolve_model
-from lopti.train.settings import RunConfig, check_values
-from lopti.train.tasks import get_task
+from lopti.evaluation.generation import load_vllm
+from lopti.evaluation.scoring import judge_rows, summarise
+from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.tasks.registry import get_task
 
 
 @dataclass

@@ -12,8 +12,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from lopti.commands.settings import RunConfig, load_yaml, resolve, split
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.settings import RunConfig, load_yaml, resolve, split
 
 RESUME_MAY_CHANGE = frozenset({"output_dir", "resume", "report_to", "logging_steps", "disable_tqdm", "log_level"})
 

@@ -20,40 +20,22 @@ from typing import Any, Literal
 import yaml
 
 from lopti.errors import check_output_folder
+from lopti.tasks.registry import TaskData
 from lopti.train.config import LoptiGRPOConfig
 
 
 @dataclass
-class RunConfig:
-    """What to train: model, task data, rewards, and the run folder."""
+class RunConfig(TaskData):
+    """What to train: model, task data (`TaskData`), rewards, LoRA, resume and the held-out evaluation."""
 
     model: str = field(
         default="tiny", metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder or hub id."}
     )
-    task: str = field(default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves) or 'math'."})
     rewards: list[str] = field(
         default_factory=lambda: ["logic_rl"],
         metadata={
             "help": "Reward functions (kk: logic_rl, strict, partial, lenient, accuracy; math: math, math_format)."
         },
-    )
-    template: str = field(default="chatml-think", metadata={"help": "Prompt template of the task."})
-    people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})
-    levels: str = field(default="1-3", metadata={"help": "Math: levels of the generated problems, 1-5."})
-    train_file: str | None = field(
-        default=None, metadata={"help": "Math: training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
-    )
-    eval_file: str | None = field(default=None, metadata={"help": "Math: held-out file, same formats."})
-    train_puzzles: int = field(
-        default=900, metadata={"help": "Generated training prompts per K&K size / math level.", "min": 1}
-    )
-    eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on (default: people)."})
-    eval_puzzles: int = field(
-        default=100, metadata={"help": "Generated held-out prompts per K&K size / math level.", "min": 0}
-    )
-    data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
-    fixed_names: bool = field(
-        default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
     )
     lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights (LoRA needs peft).", "min": 0})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling α.", "min": 1})

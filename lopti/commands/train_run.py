@@ -22,17 +22,17 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
-from lopti.train.checkpoints import checkpoint_step, last_complete_checkpoint
+from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
+from lopti.commands.files import folder_lock, write_atomic
+from lopti.commands.model_card import method_line, use_lopti_model_card, write_model_card
+from lopti.commands.report import write_report
+from lopti.commands.resume import check_resume_settings
+from lopti.commands.settings import RunConfig
+from lopti.console import rl_columns, use_lopti_console
+from lopti.evaluation.scoring import evaluate_rows
+from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.console import rl_columns, use_lopti_console
-from lopti.train.evaluate import evaluate_rows
-from lopti.train.files import folder_lock, write_atomic
-from lopti.train.model_card import method_line, use_lopti_model_card, write_model_card
-from lopti.train.models import load_model, load_tokenizer, resolve_model
-from lopti.train.report import write_report
-from lopti.train.resume import check_resume_settings
-from lopti.train.settings import RunConfig
-from lopti.train.tasks import get_task
 from lopti.train.trainer import LoptiGRPOTrainer
 
 

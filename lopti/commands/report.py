@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lopti.train.files import write_atomic
+from lopti.commands.files import write_atomic
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

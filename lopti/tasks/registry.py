@@ -1,6 +1,6 @@
 """The tasks `lopti train` and `lopti eval` know: data, reward functions and the evaluation judge of each.
 
-A task turns a RunConfig into (train, held-out) rows whose `prompt` is what the trainer feeds the model,
+A task turns `TaskData` settings into (train, held-out) rows whose `prompt` is what the trainer feeds the model,
 names its reward functions, and judges one evaluation answer as (correct, well formed). Evaluation
 breaks results down by `group` (K&K: number of people; math: level).
 """
@@ -8,7 +8,7 @@ breaks results down by `group` (K&K: number of people; math: level).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lopti.tasks.kk import rewards as kk_rewards
@@ -17,6 +17,31 @@ from lopti.tasks.kk.prompts import trainer_prompt as kk_trainer_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES
 from lopti.tasks.math import reward as math_reward
 from lopti.tasks.math.data import load_math_rows, math_records, trainer_rows
+
+
+@dataclass
+class TaskData:
+    """Which prompts a task generates or reads: the settings that `lopti train`, `eval` and `analyze` share."""
+
+    task: str = field(default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves) or 'math'."})
+    template: str = field(default="chatml-think", metadata={"help": "Prompt template of the task."})
+    people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})
+    levels: str = field(default="1-3", metadata={"help": "Math: levels of the generated problems, 1-5."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "Math: training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
+    )
+    eval_file: str | None = field(default=None, metadata={"help": "Math: held-out file, same formats."})
+    train_puzzles: int = field(
+        default=900, metadata={"help": "Generated training prompts per K&K size / math level.", "min": 1}
+    )
+    eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on (default: people)."})
+    eval_puzzles: int = field(
+        default=100, metadata={"help": "Generated held-out prompts per K&K size / math level.", "min": 0}
+    )
+    data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
+    fixed_names: bool = field(
+        default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
+    )
 
 
 @dataclass(frozen=True)

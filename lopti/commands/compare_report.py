@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.train.report import read_metrics
+from lopti.commands.report import read_metrics
 
 BASE = "grpo"
 

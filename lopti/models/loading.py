@@ -17,7 +17,7 @@ def resolve_model(name_or_path: str) -> str:
     Raises FileNotFoundError for a local-looking path that does not exist, so no compute is spent first.
     """
     if name_or_path in EMBEDDED_MODELS:
-        from lopti.train.embedded import embedded_model_path
+        from lopti.models.embedded import embedded_model_path
 
         return str(embedded_model_path(name_or_path))
     path = Path(name_or_path).expanduser()

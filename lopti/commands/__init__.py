@@ -1,0 +1,1 @@
+"""What the `lopti` commands do: settings, `lopti train` runs (checkpoints, resume), `lopti eval`, `lopti compare`."""
