@@ -9,7 +9,7 @@ from typing import Any
 
 from lopti.evaluation.generation import generate, prompt_text
 from lopti.tasks.completions import ended_properly
-from lopti.tasks.kk.prompts import THINK_PREFILL
+from lopti.tasks.kk.prompts import prefilled_think
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,11 +40,10 @@ def judge_rows(
     completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed)
     records = []
     for row, text_in, outs in zip(rows, texts, completions, strict=True):
-        prefill = THINK_PREFILL if text_in.rstrip().endswith(THINK_PREFILL) else ""
         record = {"id": row.get("id"), "group": row[group], "correct": [], "well_formed": [], "length": []}
         for text, ids in outs:
             ended = ended_properly(ids, tokenizer.eos_token_id, tokenizer.pad_token_id)
-            right, well_formed = judge(prefill + text, row) if ended else (False, False)
+            right, well_formed = judge(prefilled_think(text_in) + text, row) if ended else (False, False)
             record["correct"].append(right)
             record["well_formed"].append(well_formed)
             record["length"].append(len(ids))

@@ -85,11 +85,6 @@ def damage(folder: Path) -> str | None:
     return None
 
 
-def is_complete(folder: Path) -> bool:
-    """Return True iff `folder` has a manifest and every file in it matches."""
-    return damage(folder) is None
-
-
 def _remove_stale_staging(root: Path, name: str) -> None:
     """Delete staging folders of `name` whose builder process is gone (killed mid-build, so no `finally` ran)."""
     stale = []

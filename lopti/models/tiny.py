@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 from lopti.tasks.kk.generate import generate_puzzles
-from lopti.tasks.kk.prompts import TEMPLATES, render_prompt
-from lopti.tasks.kk.render import pick_names, render_quiz, render_solution, render_terse
+from lopti.tasks.kk.prompts import TEMPLATES, puzzle_prompt
+from lopti.tasks.kk.render import pick_names, render_quiz, render_solution
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]  # plain added tokens: decoding keeps them
@@ -28,8 +28,7 @@ def kk_corpus(puzzles_per_size: int = 300, people: range = range(2, 9), seed: in
             names = pick_names(rng, size)
             quiz = render_quiz(puzzle.statements, names, rng)
             template = TEMPLATES[index % len(TEMPLATES)]
-            shown = render_terse(puzzle.statements, names) if template == "terse" else quiz
-            texts.extend(m["content"] for m in render_prompt(shown, size, template))
+            texts.extend(m["content"] for m in puzzle_prompt(puzzle.statements, names, quiz, template))
             texts.append(f"</think>\n<answer>\n{render_solution(names, puzzle.solution)}\n</answer><|im_end|>")
     return texts
 

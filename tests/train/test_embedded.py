@@ -20,7 +20,7 @@ def test_built_once_then_reused(tmp_path, monkeypatch):
     first = embedded.cached("m", fake_builder(calls))
     second = embedded.cached("m", fake_builder(calls))
     assert first == second and len(calls) == 1
-    assert embedded.is_complete(first)
+    assert embedded.damage(first) is None
     assert not any(p.name.startswith(".m") for p in tmp_path.iterdir()), "no staging folder left behind"
 
 
@@ -38,9 +38,9 @@ def test_corrupt_or_partial_entry_is_rebuilt(tmp_path, monkeypatch, damage):
         (folder / embedded.MANIFEST).unlink()
     else:
         weights.unlink()
-    assert not embedded.is_complete(folder)
+    assert embedded.damage(folder) is not None
     assert embedded.cached("m", fake_builder(calls)) == folder
-    assert len(calls) == 2 and embedded.is_complete(folder)
+    assert len(calls) == 2 and embedded.damage(folder) is None
 
 
 def test_failed_build_leaves_nothing_usable(tmp_path, monkeypatch):

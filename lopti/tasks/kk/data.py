@@ -10,8 +10,8 @@ from typing import Any
 
 from lopti.tasks.counts import check_counts
 from lopti.tasks.kk.generate import MAX_PEOPLE, MIN_PEOPLE, Puzzle, check_shape, generate_splits
-from lopti.tasks.kk.prompts import prefill, render_prompt
-from lopti.tasks.kk.render import DEFAULT_ROLES, NAMES, Roles, pick_names, render_quiz, render_solution, render_terse
+from lopti.tasks.kk.prompts import prefill, puzzle_prompt, render_prompt
+from lopti.tasks.kk.render import DEFAULT_ROLES, NAMES, Roles, pick_names, render_quiz, render_solution
 
 SPLITS = ("train", "test")
 REQUIRED_FIELDS = ("id", "people", "names", "statements", "solution", "prompt")
@@ -57,7 +57,6 @@ def puzzle_record(
     names = list(NAMES[: puzzle.people]) if fixed_names else pick_names(rng, puzzle.people)
     quiz = render_quiz(puzzle.statements, names, rng, roles)
     solution_text = render_solution(names, puzzle.solution, roles)
-    shown = render_terse(puzzle.statements, names, roles) if template == "terse" else quiz
     return {
         "id": f"kk-{puzzle.people}p-{split}-{index:05d}",
         "people": puzzle.people,
@@ -66,7 +65,7 @@ def puzzle_record(
         "solution": puzzle.solution,
         "solution_text": solution_text,
         "quiz": quiz,
-        "prompt": render_prompt(shown, puzzle.people, template, roles),
+        "prompt": puzzle_prompt(puzzle.statements, names, quiz, template, roles),
         "roles": list(roles),
         "data_source": f"kk_logic{puzzle.people}",
         "ability": "logic",
@@ -140,25 +139,3 @@ def write_kk(out_dir: str | Path, **kwargs: Any) -> dict[str, Path]:
         pq.write_table(pa.Table.from_pylist([arrow_row(r) for r in rows]), parquet)
         written[f"{split}.jsonl"], written[f"{split}.parquet"] = jsonl, parquet
     return written
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Return the rows of a K&K JSONL file, raising a ValueError that names the file and row when bad."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no K&K data file at {path}")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, row {number}: not valid JSON ({error.msg})") from None
-        missing = [field for field in REQUIRED_FIELDS if field not in row]
-        if missing:
-            raise ValueError(f"{path}, row {number}: missing field(s) {', '.join(missing)}")
-        if len(row["names"]) != row["people"] or len(row["solution"]) != row["people"]:
-            raise ValueError(f"{path}, row {number}: names and solution must have {row['people']} entries")
-        rows.append(row)
-    return rows

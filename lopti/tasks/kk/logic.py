@@ -18,7 +18,6 @@ from typing import Any
 Statement = list[Any]
 
 ATOMS = ("telling-truth", "lying")
-OPERATORS = ("not", "and", "or", "->", "<=>")
 COMMUTATIVE = ("and", "or", "<=>")
 MAX_SOLVER_PEOPLE = 16  # 2^16 assignments: still instant; beyond that tables grow past 8 KiB per statement
 
@@ -89,11 +88,6 @@ def solve(statements: list[Statement]) -> list[list[bool]]:
         solutions.append([bool(index >> j & 1) for j in range(people)])
         table ^= low
     return solutions
-
-
-def count_solutions(statements: list[Statement]) -> int:
-    """Return how many assignments are consistent with the statements."""
-    return consistent_assignments(statements).bit_count()
 
 
 def evaluate(statement: Statement, solution: list[bool]) -> bool:

@@ -9,7 +9,10 @@ convention; the trainer feeds that text to the model verbatim. `terse` shows the
 
 from __future__ import annotations
 
-from lopti.tasks.kk.render import DEFAULT_ROLES, Roles
+from typing import Any
+
+from lopti.tasks.kk.logic import Statement
+from lopti.tasks.kk.render import DEFAULT_ROLES, Roles, render_terse
 
 TEMPLATES = ("chatml-think", "plain-think", "compact", "terse", "chat")
 RAW_TEMPLATES = ("chatml-think", "plain-think", "compact", "terse")
@@ -36,13 +39,25 @@ def render_prompt(quiz: str, people: int, template: str = "chatml-think", roles:
         text = f"{instruction(people, roles)}\n\nPuzzle: {quiz}\n\nSolution: {THINK_PREFILL}"
     elif template == "compact":
         text = f"{quiz}\nAnswer in <answer> </answer>, one line per person.\n{THINK_PREFILL}"
-    elif template == "terse":  # the caller passes `render.render_terse` text as the quiz
+    elif template == "terse":  # `quiz` is the short form (`puzzle_prompt` passes it)
         text = f"{quiz}\n{THINK_PREFILL}"
     elif template == "chat":
         return [{"role": "system", "content": instruction(people, roles)}, {"role": "user", "content": quiz}]
     else:
         raise ValueError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
     return [{"role": "user", "content": text}]
+
+
+def puzzle_prompt(
+    statements: list[Statement],
+    names: list[str],
+    quiz: str,
+    template: str = "chatml-think",
+    roles: Roles = DEFAULT_ROLES,
+) -> list[dict]:
+    """Return the prompt of one puzzle: its English `quiz`, or for `terse` the short form of `render_terse`."""
+    shown = render_terse(statements, names, roles) if template == "terse" else quiz
+    return render_prompt(shown, len(names), template, roles)
 
 
 def trainer_prompt(messages: list[dict], template: str) -> str | list[dict]:
@@ -53,3 +68,14 @@ def trainer_prompt(messages: list[dict], template: str) -> str | list[dict]:
 def prefill(template: str) -> str:
     """Return the text a template puts at the start of the assistant turn (counted by the reward)."""
     return THINK_PREFILL if template in RAW_TEMPLATES else ""
+
+
+def prefilled_think(prompt: Any) -> str:
+    """Return the "<think>" that a prompt pre-filled at the start of the assistant turn, or "".
+
+    `prompt` is a raw prompt's text, or chat messages whose last, assistant message is continued. A reward
+    or a judge puts it back in front of the completion, since the model never wrote it.
+    """
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        prompt = prompt[-1].get("content", "") if prompt[-1].get("role") == "assistant" else ""
+    return THINK_PREFILL if isinstance(prompt, str) and prompt.rstrip().endswith(THINK_PREFILL) else ""

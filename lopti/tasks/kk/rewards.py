@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lopti.tasks.completions import completion_text, ended_properly, final_text
-from lopti.tasks.kk.prompts import THINK_PREFILL
+from lopti.tasks.kk.prompts import THINK_PREFILL, prefilled_think
 from lopti.tasks.kk.render import DEFAULT_ROLES, Roles
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -221,13 +221,6 @@ SCORERS: dict[str, Callable[..., float]] = {
 }
 
 
-def _prefill_of(prompt: Any) -> str:
-    """Return the "<think>" that the prompt pre-filled in the assistant turn, or ""."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
-        prompt = prompt[-1].get("content", "") if prompt[-1].get("role") == "assistant" else ""
-    return THINK_PREFILL if isinstance(prompt, str) and prompt.rstrip().endswith(THINK_PREFILL) else ""
-
-
 def make_reward(
     name: str, eos_token_id: int | None = None, pad_token_id: int | None = None
 ) -> Callable[..., list[float]]:
@@ -248,7 +241,7 @@ def make_reward(
         return [
             failure
             if eos_token_id is not None and i is not None and not ended_properly(i, eos_token_id, pad_token_id)
-            else scorer(_prefill_of(p) + completion_text(c), n, s, tuple(r))
+            else scorer(prefilled_think(p) + completion_text(c), n, s, tuple(r))
             for p, c, n, s, r, i in zip(prompts, completions, names, solution, roles, ids, strict=True)
         ]
 
