@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.tasks.counts import check_counts
+from lopti.tasks.export import write_splits
 from lopti.tasks.kk.generate import MAX_PEOPLE, MIN_PEOPLE, Puzzle, check_shape, generate_splits
 from lopti.tasks.kk.prompts import prefill, puzzle_prompt, render_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES, NAMES, Roles, pick_names, render_quiz, render_solution
@@ -126,16 +127,4 @@ def kk_dataset(**kwargs: Any):
 
 def write_kk(out_dir: str | Path, **kwargs: Any) -> dict[str, Path]:
     """Write {split}.jsonl (nested statements) and {split}.parquet (JSON statements); return the paths."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for split, rows in kk_records(**kwargs).items():
-        jsonl = out / f"{split}.jsonl"
-        jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        parquet = out / f"{split}.parquet"
-        pq.write_table(pa.Table.from_pylist([arrow_row(r) for r in rows]), parquet)
-        written[f"{split}.jsonl"], written[f"{split}.parquet"] = jsonl, parquet
-    return written
+    return write_splits(out_dir, kk_records(**kwargs), arrow_row)

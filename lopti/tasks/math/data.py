@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.tasks.counts import check_counts
+from lopti.tasks.export import write_splits
 from lopti.tasks.math.generate import generate_problems
 from lopti.tasks.math.prompts import render_prompt, trainer_prompt
 
@@ -58,19 +59,7 @@ def math_records(
 
 def write_math(out_dir: str | Path, **kwargs: Any) -> dict[str, Path]:
     """Write {split}.jsonl and {split}.parquet of `math_records(**kwargs)`; return the paths."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for split, rows in math_records(**kwargs).items():
-        jsonl = out / f"{split}.jsonl"
-        jsonl.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        parquet = out / f"{split}.parquet"
-        pq.write_table(pa.Table.from_pylist(rows), parquet)
-        written[f"{split}.jsonl"], written[f"{split}.parquet"] = jsonl, parquet
-    return written
+    return write_splits(out_dir, math_records(**kwargs))
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
