@@ -52,7 +52,11 @@ TRAIN = [
 ]
 OTHERS = [
     (["eval", "--model", "tiny", "--batch_size", "0"], "batch_size must be ≥ 1, got 0"),
-    (["eval", "--model", "tiny", "--fixed_names", "maybe"], "expected true or false, got 'maybe'"),
+    (["eval", "--model", "tiny", "--fixed_names", "maybe"], "fixed_names must be true or false, got 'maybe'"),
+    (["eval", "--model", "tiny", "--n", "5"], "unknown key(s) 'n'"),
+    (["eval", "--model", "tiny", "--eval_puzles", "5"], "'eval_puzles' (did you mean eval_puzzles"),
+    (["eval", "--model", "tiny", "--backend", "gpu"], "backend must be one of 'auto', 'hf', got 'gpu'"),
+    (["eval", "--model", "tiny", "--config", "TMP/typo.yaml"], "TMP/typo.yaml: unknown key(s) 'peple'"),
     (["eval", "--model", "tiny", "--out", "FILE"], "--out FILE is a file, not a folder"),
     (["eval", "--model", "tiny", "--out", "TMP/evaluated"], "TMP/evaluated/settings.json is empty or damaged"),
     (["data", "kk", "--out", "FILE"], "--out FILE is a file, not a folder"),
@@ -64,6 +68,12 @@ OTHERS = [
     (["compare", "--out", "FILE"], "--out FILE is a file, not a folder"),
     (["analyze", "--prompts", "abc"], "prompts must be a whole number, got 'abc'"),
     (["analyze", "--out", "FILE"], "--out FILE is a file, not a folder"),
+    (["analyze", "--edges", "0,x,1"], "edges must be a list of numbers (a,b or [a, b]), got '0,x,1'"),
+    (["analyze", "--promts", "4"], "'promts' (did you mean prompts"),
+    (["compare", "--seeds", "0,x"], "seeds must be a list of whole numbers (a,b or [a, b]), got '0,x'"),
+    (["compare", "--learning_rte", "0.1"], "'learning_rte' (did you mean learning_rate"),
+    (["data", "kk", "--peple", "3", "--out", "TMP/kk"], "'peple' (did you mean people"),
+    (["data", "math", "--out", "TMP/math", "stray"], "unexpected 'stray'; settings are given as --key value"),
 ]
 
 
@@ -77,6 +87,7 @@ def workspace(tmp_path, monkeypatch, tiny_model_dir):
     (tmp_path / "file").write_text("a file")
     (tmp_path / "empty.yaml").write_text("")
     (tmp_path / "abc.yaml").write_text("learning_rate: abc\n")
+    (tmp_path / "typo.yaml").write_text("peple: 3\nlearning_rate: 0.1\n")
     (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
     shutil.copytree(tiny_model_dir, tmp_path / "garbage")
     (tmp_path / "garbage" / "model.safetensors").write_bytes(b"\x00garbage" * 100)

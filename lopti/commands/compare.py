@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,21 @@ from lopti.commands.settings import resolve, split
 
 VARIANTS = ("grpo", "ar", "lopti", "ar+lopti")
 DEFAULT_ALPHA = 0.3  # AR's α when the base recipe has none (PAPER.md §4, K&K)
+
+
+@dataclass
+class CompareConfig:
+    """What `lopti compare` runs; its other settings are `lopti train`'s, applied to every run."""
+
+    config: str | None = field(default=None, metadata={"help": "Base recipe (null: the embedded kk-tiny-cpu.yaml)."})
+    variants: list[str] = field(
+        default_factory=lambda: list(VARIANTS), metadata={"help": f"Methods to compare: any of {', '.join(VARIANTS)}."}
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [0, 1, 2],
+        metadata={"help": "Trainer seeds (sampling); the data and the held-out set stay the same."},
+    )
+    out: str | None = field(default=None, metadata={"help": "Results folder (null: results/RECIPE)."})
 
 
 def variant_settings(base: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
@@ -78,7 +94,7 @@ def run_all(config: str | Path, overrides: dict[str, Any], variants: list[str], 
     """
     from lopti.commands.train_run import run_outputs, train
 
-    base = resolve(config, overrides, defaults={})
+    base = resolve(config, overrides)
     identity = {"base": base, "variants": variants, "seeds": seeds}
     for variant in variants:
         variant_settings(base, variant, 0)  # unknown variants fail before anything is written

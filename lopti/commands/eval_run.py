@@ -9,63 +9,74 @@ another `lopti eval` is writing is refused too (`folder_lock`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from lopti.commands.fields import check_values
 from lopti.commands.files import LOCK_NAME, folder_lock, write_atomic
-from lopti.commands.settings import RunConfig, check_values
 from lopti.errors import check_output_folder
 from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import get_task
+from lopti.tasks.registry import TaskData, get_task
+
+TRAINING_ONLY = ("train_puzzles", "train_file")  # TaskData keys that leave the held-out set as it is
 
 
-@dataclass
-class EvalConfig:
-    """What to evaluate and how to decode. Bounds are in each field's metadata (see settings.check_values)."""
+@dataclass(kw_only=True)
+class EvalConfig(TaskData):
+    """What to evaluate and how to decode; the held-out set is TaskData's, built as `lopti train` builds it.
 
-    model: str
-    task: str = "kk"
-    people: str = "3-7"
-    levels: str = "1-3"
-    n: int = field(default=100, metadata={"min": 1})  # held-out prompts per K&K size / math level
-    eval_file: str | None = None
-    template: str | None = None  # None: the task's default (kk chatml-think, math chat)
-    fixed_names: bool = False
-    data_seed: int = 0
-    samples: int = field(default=1, metadata={"min": 1})
-    temperature: float = field(default=0.0, metadata={"min": 0})
-    max_new_tokens: int = field(default=512, metadata={"min": 1})
-    batch_size: int = field(default=64, metadata={"min": 1})
-    seed: int = field(default=0, metadata={"min": 0})
-    backend: str = "auto"  # auto: vLLM when installed and a GPU is present, else 🤗 generate; hf: always 🤗
+    Bounds are in each field's metadata (see fields.check_values).
+    """
+
+    model: str = field(
+        metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder (e.g. runs/X/final) or hub id."}
+    )
+    samples: int = field(default=1, metadata={"help": "Samples per prompt (avg@k, pass@k).", "min": 1})
+    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy.", "min": 0})
+    max_new_tokens: int = field(
+        default=512,
+        metadata={
+            "help": "Answer budget in tokens; --config takes the run's eval_max_new_tokens.",
+            "min": 1,
+            "run_key": "eval_max_new_tokens",
+        },
+    )
+    batch_size: int = field(default=64, metadata={"help": "Prompts per generate call.", "min": 1})
+    seed: int = field(default=0, metadata={"help": "Sampling seed.", "min": 0})
+    backend: Literal["auto", "hf"] = field(
+        default="auto",
+        metadata={"help": "auto: vLLM when it is installed and a GPU is present, else 🤗 generate; hf: 🤗 generate."},
+    )
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""
         check_values(asdict(self), EvalConfig, "lopti eval")
-        if self.backend not in ("auto", "hf"):
-            raise ValueError(f"backend must be auto or hf, got {self.backend!r}")
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(f"samples={self.samples} needs a temperature above 0 (greedy samples are all equal)")
 
 
+def default_folder(config: EvalConfig) -> Path:
+    """Return where an evaluation goes when no --out is given."""
+    return Path("evals") / f"{Path(config.model).name}-{config.task}-{config.samples}x-T{config.temperature:g}"
+
+
 def held_out_rows(config: EvalConfig) -> list[dict[str, Any]]:
-    """Return the held-out rows of the task, exactly as `lopti train` builds its evaluation set."""
-    run = RunConfig(
-        task=config.task,
-        people=config.people,
-        levels=config.levels,
-        template=config.template or get_task(config.task).default_template,
-        fixed_names=config.fixed_names,
-        data_seed=config.data_seed,
-        eval_puzzles=config.n,
-        train_puzzles=0,
-        train_file=config.eval_file,
-        eval_file=config.eval_file,
-    )
-    return get_task(config.task).rows(run)[1]
+    """Return the held-out rows of the task, exactly as `lopti train` builds its evaluation set.
+
+    That is the task's second split of the same TaskData. Each split has its own random stream, so no
+    training prompt needs generating; a held-out file stands in for the training file that the math
+    task wants next to it.
+    """
+    data = replace(config, train_puzzles=0, train_file=config.eval_file)
+    return get_task(config.task).rows(data)[1]
+
+
+def identity(config: EvalConfig) -> dict[str, Any]:
+    """Return the settings that an evaluation's records depend on (all but those of the training split)."""
+    return {key: value for key, value in asdict(config).items() if key not in TRAINING_ONLY}
 
 
 def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
@@ -93,7 +104,7 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
 
 def _check_folder(out: Path, config: EvalConfig) -> None:
     """Raise a ValueError if `out` holds an evaluation of other settings, or anything else."""
-    settings_path, wanted = out / "settings.json", asdict(config)
+    settings_path, wanted = out / "settings.json", identity(config)
     if settings_path.exists():
         try:
             stored = json.loads(settings_path.read_text(encoding="utf-8"))
@@ -104,6 +115,8 @@ def _check_folder(out: Path, config: EvalConfig) -> None:
                 f"{settings_path} is empty or damaged, so the records next to it cannot be matched to settings; "
                 f"delete {out} or choose another --out"
             )
+        if "n" in stored:  # written before `n` became TaskData's eval_puzzles, when eval_people was not a key
+            stored = {"eval_puzzles": stored.pop("n"), "eval_people": None, **stored}
         differing = sorted(key for key in set(stored) | set(wanted) if stored.get(key) != wanted.get(key))
         if differing:
             details = ", ".join(f"{k}: {stored.get(k)!r} there, {wanted.get(k)!r} now" for k in differing)
@@ -117,7 +130,7 @@ def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
     settings_path, records_path = out / "settings.json", out / "records.jsonl"
     _check_folder(out, config)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(settings_path, json.dumps(asdict(config), indent=1))
+    write_atomic(settings_path, json.dumps(identity(config), indent=1))
     if not records_path.exists():
         return []
     records = []

@@ -63,7 +63,7 @@ def task_words(run: RunConfig) -> str:
         data = f"problems from {run.train_file}"
     else:
         data = f"levels {run.levels}, {run.train_puzzles} generated problems per level"
-    return f"{run.task} ({data}; template `{run.template}`; rewards {', '.join(run.rewards)})"
+    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.rewards)})"
 
 
 def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:
@@ -137,7 +137,7 @@ def model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig, before: dic
         f'model = {model_class}.from_pretrained("{final}")',
         "```",
         "",
-        f"Prompts take the task's `{run.template}` template, as in training. To measure the model again:",
+        f"Prompts take the task's `{run.prompt_template()}` template, as in training. To measure the model again:",
         f"`lopti eval --model {final} --config {run_dir / 'config.yaml'}`.",
         "",
     ]

@@ -12,7 +12,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.settings import RunConfig, load_yaml, resolve, split
+from lopti.commands.command_line import load_yaml
+from lopti.commands.settings import RunConfig, resolve, split
 from lopti.train.config import LoptiGRPOConfig
 
 RESUME_MAY_CHANGE = frozenset({"output_dir", "resume", "report_to", "logging_steps", "disable_tqdm", "log_level"})
@@ -56,7 +57,7 @@ def resumed_settings(config_file: str | Path | None, overrides: dict[str, Any]) 
 
     The given ones are checked against config.yaml when training starts (`check_resume_settings`).
     """
-    given = resolve(config_file, overrides, defaults={})
+    given = resolve(config_file, overrides)
     if not given.get("output_dir"):
         raise ValueError("--resume needs --output_dir, the run folder to continue")
     path = Path(given["output_dir"]) / "config.yaml"

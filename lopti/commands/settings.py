@@ -1,24 +1,19 @@
-"""Run settings for `lopti train`: a YAML file plus `--key value` overrides, TRL-style.
+"""`lopti train`'s settings: `RunConfig` (what to train on) and `LoptiGRPOConfig` (how to train).
 
-Every key is either a `RunConfig` field (what to train on) or a `LoptiGRPOConfig` field (how to
-train). Unknown keys are rejected with the closest valid names, before any compute is spent.
+They come from the field defaults, then a YAML recipe, then `--key value` on the command line
+(`lopti.commands.command_line` makes the flags). Unknown keys are rejected with the closest valid names,
+bad values with the key and the value, before any compute is spent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import enum
-import functools
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
-
+from lopti.commands.command_line import load_yaml
+from lopti.commands.fields import check_keys, check_values, settings_fields
 from lopti.errors import check_output_folder
 from lopti.tasks.registry import TaskData
 from lopti.train.config import LoptiGRPOConfig
@@ -60,6 +55,7 @@ class RunConfig(TaskData):
 
 RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}
 TRAINER_KEYS = {f.name for f in dataclasses.fields(LoptiGRPOConfig) if f.init}
+TRAIN_KEYS = RUN_KEYS | TRAINER_KEYS
 # Bounds of TRL / transformers fields (ours carry theirs in the field metadata): out of them, these failed late
 # (a traceback once the model was built) or silently (a run that trains nothing). "or": allowed sentinels.
 TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
@@ -93,216 +89,33 @@ TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
 }
 
 
-class _Mismatch(Exception):
-    """A value that does not fit a type; the argument describes what would."""
-
-
-def _union_options(hint: Any) -> tuple | None:
-    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else None
-
-
-def _describe(hint: Any) -> str:
-    """Return what a value of type `hint` looks like, in words."""
-    options = _union_options(hint)
-    if options is not None:
-        return " or ".join(_describe(option) for option in options if option is not type(None))
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Literal:
-        return "one of " + ", ".join(map(repr, args))
-    if origin is list or hint is list:
-        plural = {str: "names", int: "whole numbers", float: "numbers"}.get(args[0] if args else None, "values")
-        return f"a list of {plural} (a,b or [a, b])"
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return "one of " + ", ".join(repr(member.value) for member in hint)
-    words = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text", dict: "a mapping"}
-    return words.get(origin or hint, getattr(hint, "__name__", str(hint)))
-
-
-def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
-    """Return `value` checked against type `hint`, converted only where it must be: `lenient` also takes ints
-    for floats, numbers for text, numbers written as text (YAML reads 1e-5 as text) and lists as "a,b"."""
-    origin = typing.get_origin(hint) or hint
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if number and isinstance(value, int):
-            return value
-        if lenient and isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            return int(value)
-    elif hint is float:
-        if number and (lenient or isinstance(value, float)) and (isinstance(value, int) or math.isfinite(value)):
-            return value  # an int stands for a float (PEP 484) and stays as written
-        if lenient and isinstance(value, str):
-            try:
-                converted = float(value)
-            except ValueError:
-                raise _Mismatch from None
-            if math.isfinite(converted):
-                return converted
-    elif hint is str:
-        if isinstance(value, str) or (lenient and number):
-            return value  # people: 5 means "5"; its readers take both
-    elif origin is list:
-        items = value
-        if lenient and isinstance(value, str):
-            items = [parse_value(item.strip()) for item in value.split(",")]
-        if isinstance(items, (list, tuple)):
-            (item_hint,) = typing.get_args(hint) or (Any,)
-            return [_convert(item, item_hint) for item in items]
-    elif origin is dict:
-        if isinstance(value, dict):
-            return value
-    elif origin is Literal:
-        if value in typing.get_args(hint):
-            return value
-    elif isinstance(hint, type) and issubclass(hint, enum.Enum):
-        if isinstance(value, hint) or value in {member.value for member in hint}:
-            return value
-    else:
-        return value  # a type this check does not know (a config object): the dataclass checks it
-    raise _Mismatch
-
-
-def _convert(value: Any, hint: Any) -> Any:
-    """Return `value` as type `hint` (exact matches of a union's members first), or raise _Mismatch."""
-    options = _union_options(hint)
-    if options is None:
-        return _convert_one(value, hint, lenient=True)
-    if value is None and type(None) in options:
-        return None
-    for lenient in (False, True):
-        for option in options:
-            if option is not type(None):
-                try:
-                    return _convert_one(value, option, lenient)
-                except _Mismatch:
-                    pass
-    raise _Mismatch
-
-
-def _bounds_problem(value: Any, bounds: dict[str, Any]) -> str | None:
-    """Return what `value` must be when it lies outside `bounds` ("min", "above", "max", "or"), else None."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value in bounds.get("or", ()):
-        return None
-    low, above, high = bounds.get("min"), bounds.get("above"), bounds.get("max")
-    if (low is None or value >= low) and (above is None or value > above) and (high is None or value <= high):
-        return None
-    limits = [f"{sign} {bounds[key]}" for key, sign in (("min", "≥"), ("above", ">"), ("max", "≤")) if key in bounds]
-    sentinels = "".join(f" (or {v})" for v in bounds.get("or", ()))
-    return " and ".join(limits) + sentinels
-
-
-@functools.cache
-def _field_types(schema: type) -> dict[str, Any]:
-    return typing.get_type_hints(schema)
-
-
-def check_values(
-    values: dict[str, Any], schema: type, source: str, bounds: dict[str, dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    """Return the entries of `values` that are fields of the dataclass `schema`, converted to the fields' types.
-
-    Raises a ValueError naming `source`, the key and the value when a value has the wrong type ("abc" for a
-    float, 1.5 for an int, "maybe" for a bool) or lies outside the field's bounds: metadata "min" / "above" /
-    "max" / "or" (allowed sentinels), or `bounds[key]` for fields of classes lopti does not own. Types come
-    from the annotations, so a new field is checked without touching this function.
-    """
-    hints = _field_types(schema)
-    fields = {f.name: f for f in dataclasses.fields(schema) if f.init}
-    checked = {}
-    for key, value in values.items():
-        if key not in fields:
-            continue
-        try:
-            converted = _convert(value, hints[key])
-        except _Mismatch:
-            wanted = _describe(hints[key])
-            if value is None:
-                raise ValueError(f"{source}: {key} needs a value ({wanted})") from None
-            raise ValueError(f"{source}: {key} must be {wanted}, got {value!r}") from None
-        problem = _bounds_problem(converted, {**fields[key].metadata, **(bounds or {}).get(key, {})})
-        if problem:
-            raise ValueError(f"{source}: {key} must be {problem}, got {value!r}")
-        checked[key] = converted
-    return checked
-
-
-def parse_value(text: str) -> Any:
-    """Return a command-line value as YAML reads it, with "1e-5"-style floats understood."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """Return {key: value} from `--key value` / `--key=value` pairs (`--flag` alone means true)."""
-    overrides: dict[str, Any] = {}
-    index = 0
-    while index < len(args):
-        token = args[index]
-        if not token.startswith("--"):
-            raise ValueError(f"expected --key value, got {token!r}")
-        key, has_value, value = token[2:].partition("=")
-        key = key.replace("-", "_")
-        if not has_value:
-            follows = index + 1 < len(args) and not args[index + 1].startswith("--")
-            value = args[index + 1] if follows else "true"
-            index += 1 if follows else 0
-        overrides[key] = parse_value(value)
-        index += 1
-    return overrides
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Return the mapping in a YAML config file, with errors naming the file."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"config file {path} is a folder; give the YAML file in it")
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a text file (byte {error.object[error.start]:#04x} at {error.start})") from None
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
-    if data is None:
-        raise ValueError(f"{path}: the file is empty; a recipe names at least the model and the trainer settings")
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
-def check_keys(settings: dict[str, Any], source: str) -> None:
-    """Raise a ValueError naming each unknown key and the closest valid ones."""
-    known = RUN_KEYS | TRAINER_KEYS
-    unknown = [key for key in settings if key not in known]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
-            hints.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise ValueError(f"{source}: unknown key(s) {'; '.join(hints)}")
-
-
-def resolve(config_file: str | Path | None, overrides: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """Return the settings: `defaults`, then the YAML file, then the command-line overrides."""
-    settings = dict(defaults)
+def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return the settings of a run: the YAML file's, then the command-line overrides, every value checked."""
+    settings = {}
     if config_file is not None:
         from_file = load_yaml(config_file)
-        check_keys(from_file, str(config_file))
+        check_keys(from_file, TRAIN_KEYS, str(config_file))
         settings.update(from_file | check_run_values(from_file, str(config_file)))
-    check_keys(overrides, "command line")
+    check_keys(overrides, TRAIN_KEYS, "command line")
     settings.update(overrides | check_run_values(overrides, "command line"))
     return settings
+
+
+def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
+    """Return what a recipe or a run's config.yaml says about the fields of the dataclass `schema`.
+
+    That is each field that RunConfig has too (the task data, the model), or that names its RunConfig
+    counterpart in its metadata "run_key"; the file's other keys are `lopti train`'s business and are
+    ignored, but a key no command knows is refused with the closest names.
+    """
+    recipe = load_yaml(path)
+    check_keys(recipe, TRAIN_KEYS, str(path))
+    taken = {}
+    for item in settings_fields(schema):
+        key = item.metadata.get("run_key", item.name)
+        if key in RUN_KEYS and key in recipe:
+            taken[item.name] = recipe[key]
+    return check_values(taken, schema, str(path))
 
 
 def check_run_values(values: dict[str, Any], source: str) -> dict[str, Any]:

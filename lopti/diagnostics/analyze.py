@@ -7,7 +7,7 @@ The output folder holds analysis.json (every number), rollouts.jsonl (the analys
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +17,31 @@ from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_grad
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import TaskData, get_task
+from lopti.tasks.registry import TaskData, get_task, task_data_field
 
 
 @dataclass
 class AnalyzeConfig(ProbeConfig):
     """The batch to analyse (model, task prompts, rollout settings) and the probe's update settings."""
 
-    model: str = "tiny"
-    task: str = "kk"
-    people: str = "2-3"
-    levels: str = "1-3"
-    template: str | None = None
-    fixed_names: bool = False
-    reward: str | None = None  # None: the task's accuracy reward
-    prompts: int = 16
-    group_size: int = 8
-    temperature: float = 1.0
-    max_new_tokens: int = 128
-    data_seed: int = 0
-    seed: int = 0
-    rollouts: str | None = None
+    model: str = field(
+        default="tiny", metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder or hub id."}
+    )
+    task: str = task_data_field("task")
+    people: str = task_data_field("people", default="2-3")
+    levels: str = task_data_field("levels")
+    template: str | None = task_data_field("template")
+    fixed_names: bool = task_data_field("fixed_names")
+    reward: str | None = field(default=None, metadata={"help": "Reward of the rollouts; null: the task's accuracy."})
+    prompts: int = field(default=16, metadata={"help": "Training prompts in the analysed batch."})
+    group_size: int = field(default=8, metadata={"help": "Responses sampled per prompt."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Token budget of each response."})
+    data_seed: int = task_data_field("data_seed")
+    seed: int = field(default=0, metadata={"help": "Seed of the sampling and of the update."})
+    rollouts: str | None = field(
+        default=None, metadata={"help": "Analyse these saved rollouts (a rollouts.jsonl) instead of sampling."}
+    )
 
 
 def training_rows(config: AnalyzeConfig) -> list[dict[str, Any]]:

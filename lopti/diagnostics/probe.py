@@ -36,19 +36,23 @@ SCATTER_POINTS = 4000  # tokens kept for the gradient-vs-π figure
 class ProbeConfig:
     """How the probe updates: the paper's analysis uses SGD with lr 1e-3 and probability quartiles."""
 
-    edges: tuple[float, ...] = QUARTILES
-    optimizer: str = "sgd"
-    lr: float = 1e-3
-    alpha: float = 0.3
-    eta: float = 0.5
-    eps_low: float = 0.2
-    eps_high: float = 0.24
-    dual_clip: float = 10.0
-    micro_batch: int = 4
-    methods: tuple[str, ...] = field(default=tuple(METHODS))
+    edges: tuple[float, ...] = field(
+        default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
+    )
+    optimizer: str = field(default="sgd", metadata={"help": "Optimizer of the one update: sgd or adamw."})
+    lr: float = field(default=1e-3, metadata={"help": "Learning rate of the one update."})
+    alpha: float = field(default=0.3, metadata={"help": "AR's α for the ar and ar+lopti methods."})
+    eta: float = field(default=0.5, metadata={"help": "Lopti's probability threshold η."})
+    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range ε of the surrogate."})
+    eps_high: float = field(default=0.24, metadata={"help": "Upper clip range ε_high of the surrogate."})
+    dual_clip: float = field(default=10.0, metadata={"help": "Dual-clip constant c for negative advantages."})
+    micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
+    methods: tuple[str, ...] = field(
+        default=tuple(METHODS), metadata={"help": f"Methods whose update is compared: any of {', '.join(METHODS)}."}
+    )
     # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
     # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
-    dtype: str = "float64"
+    dtype: str = field(default="float64", metadata={"help": "Weights' dtype: float64 (exact) or float32 (faster)."})
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""

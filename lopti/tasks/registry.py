@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from lopti.tasks.kk import rewards as kk_rewards
 from lopti.tasks.kk.data import kk_records
@@ -24,7 +23,9 @@ class TaskData:
     """Which prompts a task generates or reads: the settings that `lopti train`, `eval` and `analyze` share."""
 
     task: str = field(default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves) or 'math'."})
-    template: str = field(default="chatml-think", metadata={"help": "Prompt template of the task."})
+    template: str | None = field(
+        default=None, metadata={"help": "Prompt template; null: the task's own (kk: chatml-think, math: chat)."}
+    )
     people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})
     levels: str = field(default="1-3", metadata={"help": "Math: levels of the generated problems, 1-5."})
     train_file: str | None = field(
@@ -34,7 +35,7 @@ class TaskData:
     train_puzzles: int = field(
         default=900, metadata={"help": "Generated training prompts per K&K size / math level.", "min": 1}
     )
-    eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on (default: people)."})
+    eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on; null: people."})
     eval_puzzles: int = field(
         default=100, metadata={"help": "Generated held-out prompts per K&K size / math level.", "min": 0}
     )
@@ -42,6 +43,17 @@ class TaskData:
     fixed_names: bool = field(
         default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
     )
+
+    def prompt_template(self) -> str:
+        """Return the template the prompts take: `template`, or the task's default one."""
+        return self.template or get_task(self.task).default_template
+
+
+def task_data_field(name: str, **changes):
+    """Return a dataclass field like TaskData's `name` (its default and help) unless `changes` say otherwise:
+    for settings that take only some of the task data keys, without a second copy of their defaults."""
+    source = TaskData.__dataclass_fields__[name]
+    return field(**{"default": source.default, "metadata": source.metadata, **changes})
 
 
 @dataclass(frozen=True)
@@ -53,24 +65,25 @@ class Task:
     default_template: str
     rewards: tuple[str, ...]
     accuracy_reward: str
-    rows: Callable[[Any], tuple[list[dict], list[dict]]]
+    rows: Callable[[TaskData], tuple[list[dict], list[dict]]]
     make_reward: Callable[..., Callable[..., list[float]]]
     judge: Callable[[str, dict], tuple[bool, bool]]
 
 
-def _kk_rows(run) -> tuple[list[dict], list[dict]]:
+def _kk_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
+    template = run.prompt_template()
     records = kk_records(
         people=run.people,
         train=run.train_puzzles,
         test=run.eval_puzzles,
         seed=run.data_seed,
-        template=run.template,
+        template=template,
         test_people=run.eval_people,
         fixed_names=run.fixed_names,
     )
     keep = ("id", "people", "names", "solution", "roles")
     return tuple(
-        [{"prompt": kk_trainer_prompt(r["prompt"], run.template), **{k: r[k] for k in keep}} for r in records[split]]
+        [{"prompt": kk_trainer_prompt(r["prompt"], template), **{k: r[k] for k in keep}} for r in records[split]]
         for split in ("train", "test")
     )
 
@@ -81,17 +94,16 @@ def _kk_judge(text: str, row: dict) -> tuple[bool, bool]:
     return correct, kk_rewards.strict_answer(text) is not None
 
 
-def _math_rows(run) -> tuple[list[dict], list[dict]]:
+def _math_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
+    template = run.prompt_template()
     if run.train_file or run.eval_file:
         if not (run.train_file and run.eval_file):
             raise ValueError("task math: give both train_file and eval_file, or neither (generated problems)")
-        return tuple(
-            trainer_rows(load_math_rows(f, run.template), run.template) for f in (run.train_file, run.eval_file)
-        )
+        return tuple(trainer_rows(load_math_rows(f, template), template) for f in (run.train_file, run.eval_file))
     records = math_records(
-        run.levels, train=run.train_puzzles, test=run.eval_puzzles, seed=run.data_seed, template=run.template
+        run.levels, train=run.train_puzzles, test=run.eval_puzzles, seed=run.data_seed, template=template
     )
-    return tuple(trainer_rows(records[split], run.template) for split in ("train", "test"))
+    return tuple(trainer_rows(records[split], template) for split in ("train", "test"))
 
 
 def _math_judge(text: str, row: dict) -> tuple[bool, bool]:

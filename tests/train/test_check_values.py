@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from lopti.commands.settings import check_values
+from lopti.commands.fields import check_values
 
 
 class Mode(enum.Enum):

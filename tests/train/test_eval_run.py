@@ -12,8 +12,8 @@ from lopti.commands.eval_run import EvalConfig, held_out_rows, run_eval
 @pytest.fixture
 def config(tiny_model_dir):
     return EvalConfig(
-        model=str(tiny_model_dir), task="kk", people="2-3", n=3, template="compact", samples=2, temperature=1.0,
-        max_new_tokens=8, batch_size=4,
+        model=str(tiny_model_dir), task="kk", people="2-3", eval_puzzles=3, template="compact", samples=2,
+        temperature=1.0, max_new_tokens=8, batch_size=4,
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ CPU_OVERRIDES = {"bf16": False, "use_vllm": False, "use_cpu": True, "gradient_ch
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.name for p in RECIPES])
 def test_recipe_is_valid(recipe, tmp_path):
-    settings = resolve(recipe, {**CPU_OVERRIDES, "output_dir": str(tmp_path)}, defaults={})
+    settings = resolve(recipe, {**CPU_OVERRIDES, "output_dir": str(tmp_path)})
     run, trainer_kwargs = split(settings)
     args = LoptiGRPOConfig(**trainer_kwargs)
     assert args.max_steps > 0 and run.model
@@ -46,7 +46,7 @@ def test_vllm_recipes_decide_on_importance_sampling(recipe, tmp_path):
         assert recipe.name not in PAPER_RECIPES, "the paper's recipes sample with vLLM"
         return
     assert "vllm_importance_sampling_correction" in recipe_settings, "a vLLM recipe must choose"
-    settings = resolve(recipe, {**CPU_OVERRIDES, "output_dir": str(tmp_path)}, defaults={})
+    settings = resolve(recipe, {**CPU_OVERRIDES, "output_dir": str(tmp_path)})
     args = LoptiGRPOConfig(**split(settings)[1])
     assert args.vllm_importance_sampling_correction is (recipe.name not in PAPER_RECIPES)
 
