@@ -30,6 +30,11 @@ def settings_fields(schema: type) -> list[dataclasses.Field]:
     return [item for item in dataclasses.fields(schema) if item.init]
 
 
+def field_names(schema: type) -> set[str]:
+    """Return the keys that the dataclass `schema` takes."""
+    return {item.name for item in settings_fields(schema)}
+
+
 def field_default(item: dataclasses.Field) -> Any:
     """Return the default value of a field, or dataclasses.MISSING for a required one."""
     if item.default_factory is not dataclasses.MISSING:

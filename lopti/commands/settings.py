@@ -7,13 +7,12 @@ bad values with the key and the value, before any compute is spent.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lopti.commands.command_line import load_yaml
-from lopti.commands.fields import check_keys, check_values, settings_fields
+from lopti.commands.fields import check_keys, check_values, field_names, settings_fields
 from lopti.errors import check_output_folder
 from lopti.tasks.registry import TaskData
 from lopti.train.config import LoptiGRPOConfig
@@ -53,9 +52,6 @@ class RunConfig(TaskData):
     )
 
 
-RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}
-TRAINER_KEYS = {f.name for f in dataclasses.fields(LoptiGRPOConfig) if f.init}
-TRAIN_KEYS = RUN_KEYS | TRAINER_KEYS
 # Bounds of TRL / transformers fields (ours carry theirs in the field metadata): out of them, these failed late
 # (a traceback once the model was built) or silently (a run that trains nothing). "or": allowed sentinels.
 TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
@@ -89,14 +85,19 @@ TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
 }
 
 
+def train_keys() -> set[str]:
+    """Return every key of `lopti train`: RunConfig's and LoptiGRPOConfig's."""
+    return field_names(RunConfig) | field_names(LoptiGRPOConfig)
+
+
 def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """Return the settings of a run: the YAML file's, then the command-line overrides, every value checked."""
     settings = {}
     if config_file is not None:
         from_file = load_yaml(config_file)
-        check_keys(from_file, TRAIN_KEYS, str(config_file))
+        check_keys(from_file, train_keys(), str(config_file))
         settings.update(from_file | check_run_values(from_file, str(config_file)))
-    check_keys(overrides, TRAIN_KEYS, "command line")
+    check_keys(overrides, train_keys(), "command line")
     settings.update(overrides | check_run_values(overrides, "command line"))
     return settings
 
@@ -109,11 +110,11 @@ def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
     ignored, but a key no command knows is refused with the closest names.
     """
     recipe = load_yaml(path)
-    check_keys(recipe, TRAIN_KEYS, str(path))
+    check_keys(recipe, train_keys(), str(path))
     taken = {}
     for item in settings_fields(schema):
         key = item.metadata.get("run_key", item.name)
-        if key in RUN_KEYS and key in recipe:
+        if key in field_names(RunConfig) and key in recipe:
             taken[item.name] = recipe[key]
     return check_values(taken, schema, str(path))
 
@@ -146,7 +147,7 @@ def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
 def split(settings: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
     """Return the RunConfig and the keyword arguments for LoptiGRPOConfig, every value checked."""
     checked = {**settings, **check_run_values(settings, "settings")}
-    run = RunConfig(**{k: v for k, v in checked.items() if k in RUN_KEYS})
-    trainer_kwargs = {k: v for k, v in checked.items() if k in TRAINER_KEYS}
+    run = RunConfig(**{k: v for k, v in checked.items() if k in field_names(RunConfig)})
+    trainer_kwargs = {k: v for k, v in checked.items() if k in field_names(LoptiGRPOConfig)}
     check_settings(run, trainer_kwargs)
     return run, trainer_kwargs

@@ -25,6 +25,8 @@ class Example:
     mode: Mode | str = Mode.FAST
     order: Literal["low", "high"] = "low"
     free: int | str | None = None
+    pair: tuple[float, ...] = (0.0, 1.0)
+    seeds: list[int] = field(default_factory=list)
 
 
 @pytest.mark.parametrize(
@@ -36,6 +38,7 @@ class Example:
         ({"names": "a, b", "edges": "0,0.5,1"}, {"names": ["a", "b"], "edges": [0, 0.5, 1]}),
         ({"edges": None, "label": None, "free": "x"}, {"edges": None, "label": None, "free": "x"}),
         ({"mode": "anything", "order": "high", "flag": True}, {"mode": "anything", "order": "high", "flag": True}),
+        ({"pair": "0,0.5", "seeds": 3}, {"pair": (0, 0.5), "seeds": [3]}),  # a tuple; one value for a list
         ({"unknown": object()}, {}),  # not a field: check_keys's business
     ],
 )
@@ -59,6 +62,7 @@ def test_fitting_values_pass(values, checked):
         ({"edges": "0,x"}, "here: edges must be a list of numbers (a,b or [a, b]), got '0,x'"),
         ({"order": "middle"}, "here: order must be one of 'low', 'high', got 'middle'"),
         ({"label": ["a"]}, "here: label must be text, got ['a']"),
+        ({"pair": "0,x"}, "here: pair must be a list of numbers (a,b or [a, b]), got '0,x'"),
     ],
 )
 def test_misfits_name_the_key_and_the_value(values, message):

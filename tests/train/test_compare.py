@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from lopti.cli import main
+from lopti.commands import compare
 from lopti.commands import train_run as run_module
 from lopti.commands.compare import variant_settings
 
@@ -26,6 +27,22 @@ def test_variants_keep_the_number_of_rl_steps():
     assert plain["ar_alpha"] == 0.3 and plain["max_steps"] == 30
     with pytest.raises(ValueError, match="unknown variant 'ppo'"):
         variant_settings(base, "ppo", 0)
+
+
+def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatch, tmp_path, capsys):
+    seen = []
+
+    def run_all(config, overrides, variants, seeds, out):
+        seen.append((config.name, overrides, variants, seeds, out))
+        raise ValueError("training replaced by the test")
+
+    monkeypatch.setattr(compare, "run_all", run_all)
+    argv = ["compare", "--seeds", "3", "--variants", "grpo,ar", "--learning_rate", "0.5", "--lopti"]
+    assert main([*argv, "--out", str(tmp_path / "study")]) == 2
+    overrides = {"learning_rate": 0.5, "lopti": True}
+    assert seen == [("kk-tiny-cpu.yaml", overrides, ["grpo", "ar"], [3], tmp_path / "study")]
+    assert main(["compare", "--seeds", "0,x"]) == 2
+    assert "seeds must be a list of whole numbers (a,b or [a, b]), got '0,x'" in capsys.readouterr().err
 
 
 @pytest.fixture

@@ -2,11 +2,16 @@
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
+import yaml
 
 from lopti.cli import main
+from lopti.commands import eval_run
 from lopti.commands.eval_run import EvalConfig, held_out_rows, run_eval
+from lopti.commands.settings import RunConfig, split
+from lopti.tasks.registry import get_task
 
 
 @pytest.fixture
@@ -54,11 +59,46 @@ def test_other_settings_or_foreign_folder_are_refused(config, tmp_path):
 
 
 def test_held_out_rows_match_lopti_train(config):
-    from lopti.commands.settings import RunConfig
-    from lopti.tasks.registry import get_task
+    run = RunConfig(task="kk", people="2-3", eval_people="3-4", eval_puzzles=3, template="compact", train_puzzles=5)
+    rows = held_out_rows(replace(config, eval_people="3-4"))  # and 900 training puzzles, which change nothing
+    assert rows == get_task("kk").rows(run)[1] and sorted({r["people"] for r in rows}) == [3, 4]
 
-    run = RunConfig(task="kk", people="2-3", eval_puzzles=3, template="compact", train_puzzles=5)
-    assert held_out_rows(config) == get_task("kk").rows(run)[1]
+
+def test_settings_from_a_run_config_then_the_command_line(tiny_model_dir, tmp_path, monkeypatch):
+    run_config = {
+        "model": "tiny", "task": "kk", "people": "2-3", "eval_people": "3", "eval_puzzles": 2, "template": "compact",
+        "fixed_names": True, "data_seed": 4, "eval_max_new_tokens": 6, "train_puzzles": 7,
+        "temperature": 0.9, "seed": 11, "learning_rate": 0.1, "max_steps": 2,  # the trainer's: not evaluation's
+    }  # fmt: skip
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(run_config))
+    seen = []
+    monkeypatch.setattr(eval_run, "run_eval", lambda config, out: seen.append(config) or {})
+    monkeypatch.setattr(eval_run, "eval_markdown", lambda result, config: "")
+    model = ["--model", str(tiny_model_dir)]
+    assert main(["eval", *model, "--config", str(path), "--out", str(tmp_path / "a")]) == 0
+    assert main(["eval", *model, "--config", str(path), "--eval_puzzles", "1", "--max_new_tokens", "9"]) == 0
+    first, second = seen
+    assert (first.model, first.people, first.eval_people, first.eval_puzzles) == (str(tiny_model_dir), "2-3", "3", 2)
+    assert (first.template, first.fixed_names, first.data_seed, first.max_new_tokens) == ("compact", True, 4, 6)
+    assert (first.temperature, first.seed, first.samples) == (0.0, 0, 1)
+    assert (second.eval_puzzles, second.max_new_tokens, second.people) == (1, 9, "2-3")
+    run, _ = split({**run_config, "output_dir": str(tmp_path / "run")})
+    assert held_out_rows(first) == get_task("kk").rows(run)[1]  # the set `lopti train` evaluated on
+
+
+def test_a_folder_written_before_eval_puzzles_replaced_n_is_continued(config, tmp_path):
+    result = run_eval(config, tmp_path / "ev", chunk=2)
+    stored = json.loads((tmp_path / "ev" / "settings.json").read_text())
+    stored["n"] = stored.pop("eval_puzzles")
+    del stored["eval_people"]
+    (tmp_path / "ev" / "settings.json").write_text(json.dumps(stored))
+    assert run_eval(config, tmp_path / "ev") == result
+    assert json.loads((tmp_path / "ev" / "settings.json").read_text())["eval_puzzles"] == 3
+    stored["n"] = 4
+    (tmp_path / "ev" / "settings.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match=r"other settings \(eval_puzzles: 4 there, 3 now\)"):
+        run_eval(config, tmp_path / "ev")
 
 
 def test_cli_bad_input_is_one_line(tiny_model_dir, tmp_path, capsys):

@@ -9,6 +9,7 @@ from lopti.cli import main
 from lopti.commands.settings import RunConfig
 from lopti.commands.train_run import task_rewards
 from lopti.tasks.math.data import load_math_rows
+from lopti.tasks.registry import get_task
 
 
 def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_path):
@@ -32,6 +33,12 @@ def test_math_rewards_log_accuracy_and_reject_kk_names():
     assert [f.__name__ for f in funcs] == ["math_format", "math"] and weights == [1.0, 0.0]
     with pytest.raises(ValueError, match=r"unknown math reward\(s\) partial; choose from math, math_format"):
         task_rewards(RunConfig(task="math", rewards=["partial"]), None)
+
+
+def test_the_task_s_own_template_is_the_default():
+    held_out = get_task("math").rows(RunConfig(task="math", train_puzzles=1, eval_puzzles=1))[1]
+    assert held_out[0]["prompt"][0]["role"] == "user"  # chat messages: math's `chat` template, not kk's
+    assert RunConfig(task="math").prompt_template() == "chat" and RunConfig().prompt_template() == "chatml-think"
 
 
 def test_data_math_cli_writes_loadable_identical_files(tmp_path, capsys):
