@@ -34,17 +34,17 @@ FLAG = "setting:"  # prefix of the settings' attributes in an argparse namespace
 
 @dataclass(frozen=True)
 class Section:
-    """Fields of one dataclass that a command takes, listed under `title` in its --help."""
+    """Fields of a settings dataclass that one of its classes declares: one heading of a command's --help."""
 
     title: str
+    description: str
     schema: type
-    names: tuple[str, ...] | None = None  # None: every field
-    description: str | None = None
+    names: tuple[str, ...]
 
     def fields(self) -> list[dataclasses.Field]:
-        """Return the section's fields, in the order of `names` when it is given."""
+        """Return the section's fields, in the order of `names`, with the defaults that `schema` gives them."""
         fields = {item.name: item for item in settings_fields(self.schema)}
-        return [fields[name] for name in self.names if name in fields] if self.names else list(fields.values())
+        return [fields[name] for name in self.names if name in fields]
 
 
 def declared_in(cls: type) -> tuple[str, ...]:
@@ -60,8 +60,8 @@ def sections_of(*schemas: type) -> tuple[Section, ...]:
         for cls in schema.__mro__:
             names = declared_in(cls) if dataclasses.is_dataclass(cls) else ()
             if names:
-                title, summary = f"{cls.__name__} ({cls.__module__.split('.')[0]})", (cls.__doc__ or "").strip()
-                sections.append(Section(title, schema, names, summary.split("\n")[0]))
+                summary = (cls.__doc__ or "").strip().split("\n")[0]
+                sections.append(Section(f"{cls.__name__} ({cls.__module__.split('.')[0]})", summary, schema, names))
     return tuple(sections)
 
 
@@ -84,17 +84,17 @@ def add_settings(parser: argparse.ArgumentParser, sections: Iterable[Section]) -
             if item.name in seen:
                 continue
             seen.add(item.name)
-            default = field_default(item)
+            default, metavar = field_default(item), type_word(hints[item.name])
             if default is dataclasses.MISSING:
-                required.append(f"--{item.name} {type_word(hints[item.name])} ")
+                required.append(f"--{item.name} {metavar} ")
             shown = "required" if default is dataclasses.MISSING else f"default: {shown_value(default)}"
             group.add_argument(
                 f"--{item.name}",
                 dest=FLAG + item.name,
-                default=argparse.SUPPRESS,
+                default=argparse.SUPPRESS,  # absent from the namespace unless given: the file's value stands
                 required=default is dataclasses.MISSING,
-                metavar=type_word(hints[item.name]),
-                help=f"{item.metadata.get('help', '')} ({shown})".replace("%", "%%"),
+                metavar=metavar,
+                help=f"{item.metadata.get('help', '')} ({shown})".replace("%", "%%"),  # argparse formats with %
                 **(dict(nargs="?", const="true") if takes_bool(hints[item.name]) else {}),
             )
     if seen:  # argparse's own usage line would list every flag
