@@ -65,10 +65,12 @@ def matmul_peak(size: int = 1024, repeats: int = 20) -> float:
     return 2 * size**3 / best
 
 
-def one_run(model_name: str, path: str, variant: str, rl_steps: int, seed: int) -> dict[str, float]:
-    """Train `rl_steps` RL steps of one variant; return per-RL-step times (warm-up dropped)."""
+def one_run(
+    model_name: str, path: str, variant: str, rl_steps: int, seed: int, variants: dict = VARIANTS
+) -> dict[str, float]:
+    """Train `rl_steps` RL steps of one of `variants`; return per-RL-step times (warm-up dropped)."""
     completions, group, length, template, fixed = SHAPES[model_name]
-    trainer_cls, config_cls, extra = VARIANTS[variant]
+    trainer_cls, config_cls, extra = variants[variant]
     run = RunConfig(task="kk", people="3", template=template, fixed_names=fixed, train_puzzles=64, eval_puzzles=1)
     train_rows, _ = get_task("kk").rows(run)
     from datasets import Dataset

@@ -12,6 +12,8 @@ from lopti.core.advantages import (
 )
 from lopti.core.aggregate import AGGREGATIONS, aggregate_loss
 from lopti.core.bound import grad_norm_bounds, logit_grad_norm
+from lopti.core.credit import CreditContext, CreditStep, TokenCredit, ar_credit, combine_credit, lopti_credit
+from lopti.core.credit_presets import PRESETS, credit_problems, make_credit_steps
 from lopti.core.isolation import (
     ORDERS,
     isolate_advantages,
@@ -30,18 +32,27 @@ __all__ = [
     "ESTIMATORS",
     "KL_ESTIMATORS",
     "ORDERS",
+    "PRESETS",
+    "CreditContext",
+    "CreditStep",
     "ObjectiveTerms",
+    "TokenCredit",
     "aggregate_loss",
+    "ar_credit",
     "ar_weights",
     "clipped_policy_loss",
+    "combine_credit",
+    "credit_problems",
     "dr_grpo_advantages",
     "grad_norm_bounds",
     "grpo_advantages",
     "isolate_advantages",
     "kl_penalty",
     "logit_grad_norm",
+    "lopti_credit",
     "lopti_phase",
     "low_prob_mask",
+    "make_credit_steps",
     "masked_whiten",
     "phase_masks",
     "quantile_eta",

@@ -1,4 +1,4 @@
-"""The paper's per-token objective in one place: AR → Lopti isolation → clipped surrogate → KL, entropy.
+"""The paper's per-token objective in one place: credit steps → clipped surrogate → KL, entropy.
 
 For a micro-batch of responses sampled from π_old, with per-token advantages Â (PAPER.md §2, §4, §5):
 
@@ -10,34 +10,47 @@ For a micro-batch of responses sampled from π_old, with per-token advantages Â
     H     = Σ_t H_t·[t ∈ P] / #response tokens                  entropy bonus, the policy's denominator
     L     = Σ_t (ℓ_t + β·KL_t) / #response tokens − c_H·H        the paper's token-mean
 
+AR and Lopti are the first two credit steps (`lopti.core.credit`); further steps (the presets of
+`lopti.core.credit_presets`, or a user's own) compose with them: their weights multiply w_t, their keep
+masks narrow P's policy term, their penalties add to ℓ_t, and tokens they drop leave every term and the
+denominators (`ObjectiveTerms.counted`).
+
 Isolation zeroes advantages instead of dropping tokens, so every denominator counts all response tokens
-in both phases, as in the authors' code. Callers aggregate ℓ and KL themselves (the trainer as TRL's
-`loss_type` asks, the probe over its whole batch) and add their own plumbing (vLLM importance ratios).
+in both phases, as in the authors' code. Callers aggregate ℓ and KL themselves over `counted` (the
+trainer as TRL's `loss_type` asks, the probe over its whole batch) and add their own plumbing (vLLM
+importance ratios).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
-from lopti.core.isolation import Order, isolate_advantages, phase_masks
+from lopti.core._validate import check_mask
+from lopti.core.credit import CreditContext, CreditStep, TokenCredit, ar_credit, combine_credit, lopti_credit
+from lopti.core.isolation import Order, isolate_advantages
 from lopti.core.kl import KLEstimator, kl_penalty
 from lopti.core.loss import clipped_policy_loss
-from lopti.core.reweight import ar_weights
+
+BUILT_IN_STEPS = ("ar", "lopti")
 
 
 @dataclass(frozen=True)
 class ObjectiveTerms:
     """The per-token terms of the objective, and what callers log from it."""
 
-    policy: torch.Tensor  # ℓ_t (B, T), zero on padding
+    policy: torch.Tensor  # ℓ_t (B, T) plus credit penalties, zero on padding and dropped tokens
     kl: torch.Tensor | None  # KL_t (B, T), zero outside the phase; None without reference log-probs
     entropy: torch.Tensor | None  # H, a scalar; None without entropies
-    active: torch.Tensor  # bool (B, T): the phase's tokens, all response tokens without Lopti
-    weights: torch.Tensor  # w_t, the AR weights
-    reweighted: torch.Tensor  # w_t·Â_t before isolation: the signal each token carries over both phases
+    active: torch.Tensor  # bool (B, T): the phase's tokens (their KL and entropy count), all without Lopti
+    weights: torch.Tensor  # w_t, the product of every step's weights (AR's alone without presets)
+    reweighted: torch.Tensor  # w_t·Â_t before masking: the signal each token carries over both phases
     metrics: dict[str, torch.Tensor]  # the surrogate's clip metrics (see `clipped_policy_loss`)
+    counted: torch.Tensor  # bool (B, T): the tokens loss denominators count (all but dropped ones)
+    kept: torch.Tensor  # bool (B, T): the tokens whose policy term carries a gradient
+    credit: dict[str, TokenCredit]  # each credit step's own decision, by name
 
 
 def token_objective(
@@ -56,22 +69,39 @@ def token_objective(
     ref_logprobs: torch.Tensor | None = None,
     kl_estimator: KLEstimator = "k3",
     entropies: torch.Tensor | None = None,
+    entropy_bonus: bool = True,
+    credit: Mapping[str, CreditStep] | None = None,
 ) -> ObjectiveTerms:
     """Return the objective's per-token terms for (B, T) log-probs, advantages and response mask.
 
     `phase` is None without Lopti, else 0 or 1: the Lopti phase whose group of tokens (split by
-    π_old < `eta` in `order`) gets advantages, KL and entropy. α = 0 and no phase give plain GRPO.
+    π_old < `eta` in `order`) gets advantages, KL and entropy. α = 0, no phase and no `credit` give
+    plain GRPO. `credit` maps names to further credit steps, applied after AR and Lopti in order.
+    `entropies` feed the steps that need them and, with `entropy_bonus`, the entropy term H.
     """
     if phase not in (None, 0, 1):
         raise ValueError(f"phase must be None (no Lopti), 0 or 1, got {phase!r}")
-    weights = ar_weights(old_logprobs, alpha)
+    valid = check_mask("response_mask", response_mask, logprobs)
+    clashing = sorted(set(credit or {}) & set(BUILT_IN_STEPS))
+    if clashing:
+        raise ValueError(f"credit step name(s) {clashing} are taken by the built-in AR and Lopti steps")
+    steps = {"ar": ar_credit(alpha), "lopti": lopti_credit(eta, order), **(credit or {})}
+    context = CreditContext(logprobs, old_logprobs, advantages, valid, entropies, phase, eps_low, eps_high)
+    combined, decisions = combine_credit(context, steps)
+    weights = combined.weights  # the AR step always gives weights (all ones for α = 0)
     reweighted = advantages * weights
-    valid = response_mask.bool()
-    active = valid if phase is None else phase_masks(old_logprobs, response_mask, eta, order)[phase]
-    isolated = reweighted if phase is None else isolate_advantages(reweighted, active)
+    active = valid if combined.regularised is None else valid & combined.regularised
+    counted = valid if combined.drop is None else valid & ~combined.drop
+    kept = counted if combined.keep is None else counted & combined.keep
+    isolated = reweighted if combined.keep is None else isolate_advantages(reweighted, combined.keep)
     policy, metrics = clipped_policy_loss(logprobs, old_logprobs, isolated, response_mask, eps_low, eps_high, dual_clip)
+    if combined.penalty is not None:
+        policy = policy + combined.penalty * kept.to(policy.dtype)
+    if combined.drop is not None:
+        policy = policy * counted.to(policy.dtype)
+        active = active & counted
     kl = None if ref_logprobs is None else kl_penalty(logprobs, ref_logprobs, kl_estimator, mask=active)
     entropy = None
-    if entropies is not None:
-        entropy = (entropies * active.to(entropies.dtype)).sum() / valid.sum().clamp(min=1)
-    return ObjectiveTerms(policy, kl, entropy, active, weights, reweighted, metrics)
+    if entropies is not None and entropy_bonus:
+        entropy = (entropies * active.to(entropies.dtype)).sum() / counted.sum().clamp(min=1)
+    return ObjectiveTerms(policy, kl, entropy, active, weights, reweighted, metrics, counted, kept, decisions)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from trl import GRPOConfig
 
-from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS
+from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
 
 # TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
@@ -74,6 +75,21 @@ class LoptiGRPOConfig(GRPOConfig):
             "(PAPER.md §9 uses quartiles: 0, 0.25, 0.5, 0.75, 1)."
         },
     )
+    token_credit: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Per-token credit presets applied after AR and Lopti, in order (docs/token-credit.md): "
+            f"{', '.join(PRESETS)}. A comma- or plus-separated string is split. Constants default to each "
+            "paper's; set them in token_credit_kwargs. Pass your own steps as LoptiGRPOTrainer(token_credit=...)."
+        },
+    )
+    token_credit_kwargs: dict[str, dict[str, float]] | str | None = field(
+        default_factory=dict,
+        metadata={
+            "help": "Constants of the token_credit presets by preset name, e.g. {'stapo': {'prob_threshold': 0.02}, "
+            "'high_entropy': {'rho': 0.1}} (a JSON string on the command line)."
+        },
+    )
     max_nonfinite_losses: int = field(
         default=3,
         metadata={
@@ -82,7 +98,15 @@ class LoptiGRPOConfig(GRPOConfig):
         },
     )
 
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "token_credit_kwargs"]
+
     def __post_init__(self) -> None:
+        if isinstance(self.token_credit, str):  # `--token_credit stapo+high_entropy` on the command line
+            self.token_credit = [
+                name.strip() for name in self.token_credit.replace("+", ",").split(",") if name.strip()
+            ]
+        if self.token_credit_kwargs is None:
+            self.token_credit_kwargs = {}
         shape = self._batch_shape_problem()  # before TRL's own check, to show the whole arithmetic
         if shape:
             raise ValueError(f"invalid LoptiGRPOConfig: {shape}")
@@ -139,7 +163,14 @@ class LoptiGRPOConfig(GRPOConfig):
         if self.delta is not None:
             problems.append(f"delta={self.delta} is TRL's two-sided clip; set dual_clip={self.delta} instead")
         if self.top_entropy_quantile < 1.0:
-            problems.append("top_entropy_quantile < 1 is not supported; leave it at 1.0")
+            problems.append(
+                f"top_entropy_quantile < 1 is not supported; use token_credit=['high_entropy'] with "
+                f"token_credit_kwargs={{'high_entropy': {{'rho': {self.top_entropy_quantile}}}}} instead"
+            )
+        if not isinstance(self.token_credit_kwargs, dict):
+            problems.append(f"token_credit_kwargs must map preset names to constants, got {self.token_credit_kwargs!r}")
+        else:
+            problems += credit_problems(self.token_credit, self.token_credit_kwargs, self.ar_alpha)
         if self.off_policy_mask_threshold is not None:
             problems.append("off_policy_mask_threshold is not supported; leave it None")
         if self.use_adaptive_entropy:

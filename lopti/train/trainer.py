@@ -12,14 +12,23 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
-from lopti.core import aggregate_loss, lopti_phase, low_prob_mask, token_advantages, token_objective
+from lopti.core import (
+    CreditStep,
+    aggregate_loss,
+    lopti_phase,
+    low_prob_mask,
+    make_credit_steps,
+    token_advantages,
+    token_objective,
+)
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
+from lopti.core.objective import BUILT_IN_STEPS
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import TrainingGuard
 
@@ -69,16 +78,49 @@ def explain_reward_errors(
     return wrapped
 
 
+def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None) -> dict[str, CreditStep]:
+    """Return user credit steps by name: a mapping as given, callables by their __name__."""
+    if steps is None:
+        return {}
+    if isinstance(steps, Mapping):
+        return dict(steps)
+    named = {}
+    for step in steps if isinstance(steps, (list, tuple)) else [steps]:
+        if not callable(step):
+            raise ValueError(f"token_credit: expected a callable credit step, got {step!r}")
+        name = getattr(step, "__name__", type(step).__name__)
+        if name in named:
+            raise ValueError(f"token_credit: two credit steps named {name!r}; pass a dict to name them")
+        named[name] = step
+    return named
+
+
 class LoptiGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
-    Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`
-    and `advantage_estimator=None` it trains exactly like GRPOTrainer.
+    Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
+    no `token_credit` and `advantage_estimator=None` it trains exactly like GRPOTrainer.
+
+    `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
+    `step(context) -> TokenCredit`, a list of them, or a {name: step} mapping; they run after AR, Lopti
+    and the config's `token_credit` presets, and log under `credit/<name>_*`.
     """
 
-    def __init__(self, model: Any, reward_funcs: Any, args: LoptiGRPOConfig, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any,
+        args: LoptiGRPOConfig,
+        token_credit: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(args, LoptiGRPOConfig):
             raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
+        self._credit_steps = {**make_credit_steps(args.token_credit, args.token_credit_kwargs)}
+        for name, step in _named_steps(token_credit).items():
+            if name in self._credit_steps or name in BUILT_IN_STEPS:
+                raise ValueError(f"token_credit: a credit step named {name!r} is already in use; pass a dict to rename")
+            self._credit_steps[name] = step
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
         funcs = [explain_reward_errors(f, self._guard.note_rewards) if _is_python_reward(f) else f for f in funcs]
@@ -146,7 +188,9 @@ class LoptiGRPOTrainer(GRPOTrainer):
             dual_clip=self.args.dual_clip,
             ref_logprobs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
             kl_estimator=self.args.kl_estimator,
-            entropies=entropies if self.args.entropy_coef != 0.0 else None,
+            entropies=entropies,
+            entropy_bonus=self.args.entropy_coef != 0.0,
+            credit=self._credit_steps,
         )
 
         per_token = terms.policy
@@ -159,7 +203,12 @@ class LoptiGRPOTrainer(GRPOTrainer):
             if self.args.use_bias_correction_kl:  # TRL's option; LoptiGRPOConfig defaults it to the paper's off
                 kl = kl * torch.exp(logps - old_logps)
             per_token = per_token + self.beta * kl
-        loss = self._aggregate(per_token, mask, inputs)
+        # Tokens a credit step dropped (STAPO) leave the denominators too; a micro-batch that lost every
+        # token has an all-zero loss, which the response mask normalises without dividing by zero.
+        counted = terms.counted
+        if any(credit.drop is not None for credit in terms.credit.values()) and not counted.any():
+            counted = mask
+        loss = self._aggregate(per_token, counted, inputs)
         if terms.entropy is not None:
             loss = loss - self.args.entropy_coef * terms.entropy / self._accumulation()
         loss = self._guard_nonfinite(loss, logps)
@@ -201,7 +250,18 @@ class LoptiGRPOTrainer(GRPOTrainer):
             mean_of(low_prob_mask(old_logps, mask, self.args.lopti_eta).float())
         )
         if self.args.ar_alpha > 0:
-            metrics["ar/weight_mean"].append(mean_of(terms.weights))
+            metrics["ar/weight_mean"].append(mean_of(terms.credit["ar"].weights))
+        for name, credit in terms.credit.items():
+            if name in BUILT_IN_STEPS:
+                continue
+            if credit.keep is not None or credit.drop is not None:
+                kept = valid if credit.keep is None else valid & credit.keep
+                kept = kept if credit.drop is None else kept & ~credit.drop
+                metrics[f"credit/{name}_kept_share"].append(mean_of(kept.float()))
+            if credit.weights is not None:
+                metrics[f"credit/{name}_weight_mean"].append(mean_of(credit.weights))
+            if credit.selected is not None:
+                metrics[f"credit/{name}_selected_share"].append(mean_of(credit.selected.float()))
         for name, value in terms.metrics.items():
             metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
         if kl is not None:

@@ -70,3 +70,39 @@ def test_all_problems_reported_at_once():
     with pytest.raises(ValueError) as error:
         config(ar_alpha=-1.0, lopti_eta=0.0)
     assert "ar_alpha" in str(error.value) and "lopti_eta" in str(error.value)
+
+
+def test_token_credit_presets_from_a_list_a_string_or_the_command_line():
+    from transformers import HfArgumentParser
+
+    assert config(token_credit="stapo+high_entropy").token_credit == ["stapo", "high_entropy"]
+    assert config(token_credit="stapo, kl_cov").token_credit == ["stapo", "kl_cov"]
+    (parsed,) = HfArgumentParser(LoptiGRPOConfig).parse_args_into_dataclasses(
+        ["--output_dir", "unused", "--use_cpu", "--bf16", "false", "--report_to", "none", "--token_credit", "stapo",
+         "--token_credit_kwargs", '{"stapo": {"prob_threshold": 0.02}}']
+    )  # fmt: skip
+    assert parsed.token_credit == ["stapo"] and parsed.token_credit_kwargs == {"stapo": {"prob_threshold": 0.02}}
+    assert config().token_credit_kwargs == {} and config(token_credit_kwargs=None).token_credit_kwargs == {}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(token_credit=["stapo", "entropy20"]), "token_credit: unknown preset 'entropy20'; choose from stapo"),
+        (dict(token_credit=["clip_cov", "kl_cov"]), "token_credit combines 'clip_cov' and 'kl_cov'"),
+        (dict(token_credit=["tr_grpo"], ar_alpha=0.2), "token_credit 'tr_grpo' with ar_alpha=0.2"),
+        (dict(token_credit_kwargs={"stare": {"top_ratio": 0.2}}), "token_credit_kwargs.stare: 'stare' is not in"),
+        (
+            dict(token_credit=["high_entropy"], token_credit_kwargs={"high_entropy": {"rho": 0}}),
+            "token_credit_kwargs.high_entropy: rho must be in \\(0, 1\\], got 0",
+        ),
+        (
+            dict(token_credit=["stapo"], token_credit_kwargs={"stapo": {"prob_threshold": "low"}}),
+            "token_credit_kwargs.stapo: constants must be numbers or true/false, got prob_threshold='low'",
+        ),
+        (dict(top_entropy_quantile=0.2), "token_credit=\\['high_entropy'\\] with .*'rho': 0.2"),
+    ],
+)
+def test_token_credit_problems_name_the_key(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config(**overrides)
