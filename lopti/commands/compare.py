@@ -24,9 +24,9 @@ from typing import Any
 from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.files import LOCK_NAME, folder_lock, write_atomic
 from lopti.commands.settings import resolve, split
+from lopti.core.constants import AR_ALPHA_KK  # AR's α when the base recipe has none
 
 VARIANTS = ("grpo", "ar", "lopti", "ar+lopti")
-DEFAULT_ALPHA = 0.3  # AR's α when the base recipe has none (PAPER.md §4, K&K)
 
 
 @dataclass
@@ -51,7 +51,7 @@ def variant_settings(base: dict[str, Any], variant: str, seed: int) -> dict[str,
     passes = int(base.get("num_iterations", 1)) if base.get("lopti") else 1
     batches, rhythm = int(base["max_steps"]) // passes, int(base.get("save_steps", 0)) // passes
     uses_lopti = "lopti" in variant
-    alpha = float(base.get("ar_alpha") or DEFAULT_ALPHA) if variant.startswith("ar") else 0.0
+    alpha = float(base.get("ar_alpha") or AR_ALPHA_KK) if variant.startswith("ar") else 0.0
     settings = {
         **base,
         "ar_alpha": alpha,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from lopti.core._validate import check_same_shape
+from lopti.core.constants import EPS_HIGH, EPS_LOW, LOPTI_ETA
 from lopti.core.isolation import Order, phase_masks
 from lopti.core.reweight import ar_weights
 
@@ -44,8 +45,8 @@ class CreditContext:
     response_mask: torch.Tensor  # bool
     entropies: torch.Tensor | None = None
     phase: int | None = None
-    eps_low: float = 0.20
-    eps_high: float = 0.24
+    eps_low: float = EPS_LOW
+    eps_high: float = EPS_HIGH
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def ar_credit(alpha: float) -> CreditStep:
     return ar
 
 
-def lopti_credit(eta: float = 0.5, order: Order = "low_first") -> CreditStep:
+def lopti_credit(eta: float = LOPTI_ETA, order: Order = "low_first") -> CreditStep:
     """Return Lopti as a credit step: the phase's tokens (split by π_old < η) keep the policy gradient,
     and pay their KL and entropy terms, in that phase only (PAPER.md §5)."""
 

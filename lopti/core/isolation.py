@@ -14,12 +14,13 @@ from typing import Literal
 import torch
 
 from lopti.core._validate import check_finite, check_mask, check_same_shape, check_unit_interval
+from lopti.core.constants import LOPTI_ETA
 
 Order = Literal["low_first", "high_first"]
 ORDERS: tuple[str, ...] = ("low_first", "high_first")
 
 
-def low_prob_mask(old_logprobs: torch.Tensor, response_mask: torch.Tensor, eta: float = 0.5) -> torch.Tensor:
+def low_prob_mask(old_logprobs: torch.Tensor, response_mask: torch.Tensor, eta: float = LOPTI_ETA) -> torch.Tensor:
     """Return the bool mask of response tokens with π_old < η (strict)."""
     check_unit_interval("eta", eta, open_low=True, open_high=True)
     mask = check_mask("response_mask", response_mask, old_logprobs)
@@ -31,7 +32,7 @@ def low_prob_mask(old_logprobs: torch.Tensor, response_mask: torch.Tensor, eta: 
 def phase_masks(
     old_logprobs: torch.Tensor,
     response_mask: torch.Tensor,
-    eta: float = 0.5,
+    eta: float = LOPTI_ETA,
     order: Order = "low_first",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (phase-1 mask, phase-2 mask): a partition of the valid response tokens.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from lopti.core._validate import check_mask, check_same_shape
+from lopti.core.constants import DUAL_CLIP, EPS_HIGH, EPS_LOW
 
 # exp() of a log-ratio beyond this overflows float32; the clip makes such tokens gradient-free anyway.
 MAX_LOG_RATIO = 20.0
@@ -15,9 +16,9 @@ def clipped_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    eps_low: float = 0.20,
-    eps_high: float = 0.24,
-    dual_clip: float | None = 10.0,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    dual_clip: float | None = DUAL_CLIP,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Return the per-token loss (B, T), zero on padding, and detached metrics.
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from lopti.core._validate import check_mask
+from lopti.core.constants import DUAL_CLIP, EPS_HIGH, EPS_LOW, LOPTI_ETA
 from lopti.core.credit import CreditContext, CreditStep, TokenCredit, ar_credit, combine_credit, lopti_credit
 from lopti.core.isolation import Order, isolate_advantages
 from lopti.core.kl import KLEstimator, kl_penalty
@@ -61,11 +62,11 @@ def token_objective(
     *,
     alpha: float = 0.0,
     phase: int | None = None,
-    eta: float = 0.5,
+    eta: float = LOPTI_ETA,
     order: Order = "low_first",
-    eps_low: float = 0.20,
-    eps_high: float = 0.24,
-    dual_clip: float | None = 10.0,
+    eps_low: float = EPS_LOW,
+    eps_high: float = EPS_HIGH,
+    dual_clip: float | None = DUAL_CLIP,
     ref_logprobs: torch.Tensor | None = None,
     kl_estimator: KLEstimator = "k3",
     entropies: torch.Tensor | None = None,

@@ -10,6 +10,7 @@ from trl import GRPOConfig
 
 from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
+from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
 
 # TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -39,7 +40,7 @@ class LoptiGRPOConfig(GRPOConfig):
         },
     )
     lopti_eta: float = field(
-        default=0.5, metadata={"help": "Lopti probability threshold η in (0, 1); low tokens have π_old < η."}
+        default=LOPTI_ETA, metadata={"help": "Lopti probability threshold η in (0, 1); low tokens have π_old < η."}
     )
     lopti_order: str = field(
         default="low_first",
@@ -54,7 +55,9 @@ class LoptiGRPOConfig(GRPOConfig):
     )
     dual_clip: float | None = field(
         default=None,
-        metadata={"help": "Dual-clip constant c > 1 for negative advantages (the paper uses 10); None disables."},
+        metadata={
+            "help": f"Dual-clip constant c > 1 for negative advantages (the paper uses {DUAL_CLIP:g}); None disables."
+        },
     )
     kl_estimator: str = field(
         default="k3",

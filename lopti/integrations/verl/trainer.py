@@ -35,6 +35,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_to_nested
 
 from lopti.core import ORDERS, isolate_advantages, phase_masks
+from lopti.core.constants import LOPTI_ETA
 from lopti.integrations.verl.phase_loss import PHASE_MASK, phase_loss_fn
 
 TRAINER_MODE = "lopti"
@@ -49,7 +50,7 @@ UPDATES_PER_STEP = 2
 class LoptiSettings:
     """The Lopti trainer's settings (`trainer.v1.lopti.*`)."""
 
-    eta: float = 0.5
+    eta: float = LOPTI_ETA
     order: str = "low_first"
     base_mode: str = "sync"
 
