@@ -61,3 +61,25 @@ def bucket_shares(index: torch.Tensor, buckets: int, weights: torch.Tensor | Non
     totals = bucket_totals(index, buckets, weights)
     whole = totals.sum()
     return totals / whole if whole > 0 else totals
+
+
+UPDATE_SUMS = ("positive", "rose", "dlogp_positive", "negative", "fell", "dlogp_negative")
+
+
+def update_sums(index: torch.Tensor, delta: torch.Tensor, advantages: torch.Tensor, buckets: int) -> torch.Tensor:
+    """Return, per bucket, the sums behind an update's correct ratios: a (6, buckets) float64 tensor.
+
+    Rows follow UPDATE_SUMS: the count of tokens with Â > 0, how many of them moved up (Δ > 0), their Σ Δ,
+    and the same for Â < 0 with "moved down". `delta` is each token's change in log π (or π: the sign is the
+    same). Correct ratio of a sign = moved / count; mean Δ = Σ Δ / count. Sums, not ratios, so that batches,
+    micro-batches and processes add up before dividing. Tokens with Â = 0 and padding (index −1) never count.
+    """
+    rows = []
+    for sign in (1.0, -1.0):
+        side = index.masked_fill(~(advantages * sign > 0), -1)
+        rows += [
+            bucket_totals(side, buckets),
+            bucket_totals(side, buckets, (delta * sign > 0).double()),
+            bucket_totals(side, buckets, delta),
+        ]
+    return torch.stack(rows)

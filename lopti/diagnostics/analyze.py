@@ -1,11 +1,13 @@
 """`lopti analyze`: roll out (or load rollouts), run the one-update probe, write JSON, PNGs and a summary.
 
-The output folder holds analysis.json (every number), rollouts.jsonl (the analysed batch, reusable with
---rollouts), summary.md and the figures delta_pi.png, correct_ratio.png, gradient_bounds.png.
+The output folder holds analysis.json (every number), rollouts.jsonl (the analysed batches, then the
+warm-up batches, reusable with --rollouts), summary.md and the figures delta_pi.png, correct_ratio.png,
+gradient_bounds.png.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -15,79 +17,186 @@ import torch
 
 from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_gradient_bounds
 from lopti.diagnostics.probe import ProbeConfig, run_probe
-from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts
-from lopti.models.loading import load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import TaskData, get_task, task_data_field
+from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts, split_groups
+from lopti.train.config import LoptiGRPOConfig
+from lopti.train.models import load_model, load_tokenizer, resolve_model
+from lopti.train.settings import RunConfig, load_yaml
+from lopti.train.tasks import get_task
+
+RECIPES = Path(__file__).parents[1] / "configs"
+# ProbeConfig's AdamW settings and the recipe (LoptiGRPOConfig) keys they come from
+RECIPE_OPTIMIZER_KEYS = {
+    "adam_lr": "learning_rate",
+    "adam_beta1": "adam_beta1",
+    "adam_beta2": "adam_beta2",
+    "adam_epsilon": "adam_epsilon",
+    "weight_decay": "weight_decay",
+    "max_grad_norm": "max_grad_norm",
+}
 
 
 @dataclass
 class AnalyzeConfig(ProbeConfig):
-    """The batch to analyse (model, task prompts, rollout settings) and the probe's update settings."""
+    """The batches to analyse (model, task prompts, rollout settings) and the probe's update settings."""
 
-    model: str = field(
-        default="tiny", metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder or hub id."}
+    model: str = "tiny"
+    task: str = "kk"
+    people: str = "2-3"
+    levels: str = "1-3"
+    template: str | None = None
+    fixed_names: bool = False
+    reward: str | None = None  # None: the task's accuracy reward
+    prompts: int = 16
+    group_size: int = 8
+    temperature: float = 1.0
+    max_new_tokens: int = 128
+    data_seed: int = 0
+    seed: int = 0
+    rollouts: str | None = None
+    batches: int = field(
+        default=1,
+        metadata={
+            "help": "Independent batches of `prompts` prompts each (different prompts): the correct ratios get a "
+            "95% interval over them. The issue's evidence uses ≥ 8 for the tiny model, ≥ 4 for SmolLM2-135M."
+        },
     )
-    task: str = task_data_field("task")
-    people: str = task_data_field("people", default="2-3")
-    levels: str = task_data_field("levels")
-    template: str | None = task_data_field("template")
-    fixed_names: bool = task_data_field("fixed_names")
-    reward: str | None = field(default=None, metadata={"help": "Reward of the rollouts; null: the task's accuracy."})
-    prompts: int = field(default=16, metadata={"help": "Training prompts in the analysed batch."})
-    group_size: int = field(default=8, metadata={"help": "Responses sampled per prompt."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
-    max_new_tokens: int = field(default=128, metadata={"help": "Token budget of each response."})
-    data_seed: int = task_data_field("data_seed")
-    seed: int = field(default=0, metadata={"help": "Seed of the sampling and of the update."})
-    rollouts: str | None = field(
-        default=None, metadata={"help": "Analyse these saved rollouts (a rollouts.jsonl) instead of sampling."}
+    recipe: str | None = field(
+        default=None,
+        metadata={
+            "help": "A lopti train recipe (YAML path, or the name of one in lopti/configs) whose learning_rate, "
+            "adam_beta1, adam_beta2, adam_epsilon, weight_decay and max_grad_norm set the AdamW regimes' adam_lr, "
+            "adam_beta1, adam_beta2, adam_epsilon, weight_decay and max_grad_norm (keys it lacks: the trainer's "
+            "defaults). Without it those settings keep their defaults, which are kk-tiny-cpu's."
+        },
     )
 
 
-def training_rows(config: AnalyzeConfig) -> list[dict[str, Any]]:
-    """Return `prompts` training prompts of the task (the analysis looks at a training batch)."""
+def recipe_optimizer_settings(recipe: str) -> dict[str, Any]:
+    """Return ProbeConfig's AdamW settings as the recipe trains: its values, else LoptiGRPOConfig's defaults."""
+    path = Path(recipe) if Path(recipe).suffix in (".yaml", ".yml") else RECIPES / f"{recipe}.yaml"
+    settings = load_yaml(path)
+    defaults = {f.name: f.default for f in fields(LoptiGRPOConfig)}
+    return {ours: float(settings.get(theirs, defaults[theirs])) for ours, theirs in RECIPE_OPTIMIZER_KEYS.items()}
+
+
+def with_recipe(config: AnalyzeConfig) -> AnalyzeConfig:
+    """Return `config` with the recipe's AdamW settings; a setting also given otherwise must agree with it."""
+    if config.recipe is None:
+        return config
+    default = ProbeConfig()
+    settings = recipe_optimizer_settings(config.recipe)
+    for key, value in settings.items():
+        given = getattr(config, key)
+        if given != getattr(default, key) and given != value:
+            raise ValueError(
+                f"{key}={given} contradicts recipe {config.recipe} ({RECIPE_OPTIMIZER_KEYS[key]}: {value}); "
+                "give one of them"
+            )
+    return dataclasses.replace(config, **settings)
+
+
+def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
+    """Return `batches` × `prompts` training prompts, batch after batch (the analysis looks at training batches).
+
+    The task lists its prompts size by size (or level by level); dealing them out in turn gives every batch
+    the same mix.
+    """
     task = get_task(config.task)
-    data = TaskData(
+    count = config.prompts * batches
+    run = RunConfig(
         task=config.task,
         people=config.people,
         levels=config.levels,
         template=config.template or task.default_template,
         fixed_names=config.fixed_names,
         data_seed=config.data_seed,
-        train_puzzles=config.prompts,  # per size or level; spread over them below
+        train_puzzles=count,  # per size or level; spread over them below
         eval_puzzles=1,
     )
-    rows = task.rows(data)[0]
-    return rows[:: max(1, len(rows) // config.prompts)][: config.prompts]
+    rows = task.rows(run)[0]
+    rows = rows[:: max(1, len(rows) // count)][:count]  # the task gives `count` per size or level
+    return [row for k in range(batches) for row in rows[k::batches]]
 
 
 def _number(value: float | None) -> str:
     return "undefined" if value is None else f"{value:.3f}"
 
 
+def interval_cell(cell: dict[str, Any], signed: bool = False) -> str:
+    """Return "0.652 [0.610, 0.694]" (the mean over batches and its 95% interval), "–" if undefined."""
+    if cell["mean"] is None:
+        return "–"
+    form = "{:+.3f}" if signed else "{:.3f}"
+    text = form.format(cell["mean"])
+    if cell["low"] is not None:
+        text += f" [{form.format(cell['low'])}, {form.format(cell['high'])}]"
+    return text
+
+
+def _share_rows(result: dict[str, Any]) -> list[str]:
+    labels = result["buckets"]
+    rows = [
+        ("token share", "token_share"),
+        ("token share, Â>0", "token_share_positive"),
+        ("token share, Â<0", "token_share_negative"),
+        ("share of Σ|Â|·‖∂z‖", "grad_share_exact"),
+        ("share of Σ|Â|·‖∂z‖, Â>0", "grad_share_exact_positive"),
+        ("share of Σ|Â|·‖∂z‖, Â<0", "grad_share_exact_negative"),
+        ("share of Σ|Â|·(1−π)", "grad_share_1_minus_pi"),
+    ]
+    return [
+        f"| {name} | " + " | ".join(f"{100 * result[key][k]:.1f}%" for k in labels) + " | 100% |" for name, key in rows
+    ]
+
+
+def correct_ratio_table(result: dict[str, Any]) -> list[str]:
+    """Return markdown rows: per regime, method and sign, the correct ratio per bucket with its interval,
+    then each method's paired difference from GRPO."""
+    labels = [*result["buckets"], "all"]
+    lines = [
+        "| optimizer | method | Â | " + " | ".join(labels) + " |",
+        "|---" * (len(labels) + 3) + "|",
+    ]
+    for regime, updates in result["updates"].items():
+        methods = [m for m in updates if not m.startswith("only ")]
+        for sign, mark in (("positive", ">0"), ("negative", "<0")):
+            for method in methods:
+                cells = " | ".join(interval_cell(updates[method]["correct_ratio"][k][sign]) for k in labels)
+                lines.append(f"| {regime} | {method} | {mark} | {cells} |")
+            for method in methods:
+                if "minus_grpo" in updates[method]:
+                    cells = " | ".join(
+                        interval_cell(updates[method]["minus_grpo"][k][sign], signed=True) for k in labels
+                    )
+                    lines.append(f"| {regime} | {method} − grpo | {mark} | {cells} |")
+    return lines
+
+
 def summary_markdown(result: dict[str, Any]) -> str:
     """Return the headline numbers as markdown tables: shares, gradient norms, correct ratios, bounds."""
     labels = result["buckets"]
     lines = [
-        f"{result['responses']} responses ({result['group_size']} per prompt, T={result['temperature']}), "
-        f"{result['tokens']} response tokens, {result['groups_with_reward_spread']} groups with reward spread.",
+        f"{result['batches']} batch(es), {result['responses']} responses ({result['group_size']} per prompt, "
+        f"T={result['temperature']}), {result['tokens']} response tokens, {result['groups_with_reward_spread']} "
+        "groups with reward spread.",
         "",
         "| π_old bucket | " + " | ".join(labels) + " | all |",
         "|---" * (len(labels) + 2) + "|",
-        "| token share | " + " | ".join(f"{100 * result['token_share'][k]:.1f}%" for k in labels) + " | 100% |",
+        *_share_rows(result),
     ]
-    for key, name in (("grad_share_exact", "share of Σ|Â|·‖∂z‖"), ("grad_share_1_minus_pi", "share of Σ|Â|·(1−π)")):
-        lines.append(f"| {name} | " + " | ".join(f"{100 * result[key][k]:.1f}%" for k in labels) + " | 100% |")
-    if result.get("grad_norm"):
-        norms = result["grad_norm"]
-        row = " | ".join(f"{norms[f'only {k}']:.3g}" for k in labels)
-        lines.append(f"| grad norm, only this bucket | {row} | {norms.get('grpo', float('nan')):.3g} |")
-        for method in ("grpo", "ar", "lopti", "ar+lopti"):
-            if method in result["delta_pi"]:
-                table = result["delta_pi"][method]
-                ratios = [table[k]["correct_ratio"]["positive"] for k in [*labels, "all"]]
-                cells = " | ".join("–" if r is None else f"{r:.3f}" for r in ratios)
-                lines.append(f"| correct ratio (Â>0), {method} | {cells} |")
+    if result["updates"]:
+        first = next(iter(result["updates"].values()))
+        if f"only {labels[0]}" in first:
+            norms = " | ".join(interval_cell(first[f"only {k}"]["grad_norm"][0]) for k in labels)
+            whole = interval_cell(first["grpo"]["grad_norm"][0]) if "grpo" in first else "–"
+            lines.append(f"| grad norm, only this bucket | {norms} | {whole} |")
+        lines += [
+            "",
+            f"Correct ratio (share of tokens whose π moved the way Â asks: rose for Â>0, fell for Â<0): mean over "
+            f'{result["batches"]} batch(es) [95% t interval]; "method − grpo" is the paired difference per batch.',
+            "",
+            *correct_ratio_table(result),
+        ]
     bound, hidden = result["bound"], result["bound"]["hidden"]
     lines += [
         "",
@@ -103,13 +212,18 @@ def summary_markdown(result: dict[str, Any]) -> str:
 
 def analyze(config: AnalyzeConfig, out: str | Path) -> dict[str, Any]:
     """Run the probe for `config` and fill the folder `out`; return the result."""
+    config = with_recipe(config)
     config.check()
+    if config.batches < 1:
+        raise ValueError(f"batches must be at least 1, got {config.batches}")
     torch.manual_seed(config.seed)
     task = get_task(config.task)
     reward = config.reward or task.accuracy_reward
     if reward not in task.rewards:
         raise ValueError(f"unknown {task.name} reward {reward!r}; choose from {', '.join(task.rewards)}")
-    rows = None if config.rollouts else training_rows(config)  # bad task settings fail before loading
+    warmup = config.warmup_updates if "adamw_warm" in config.optimizers else 0
+    parts = config.batches + warmup  # the analysed batches, then the warm-up ones
+    rows = None if config.rollouts else training_rows(config, parts)  # bad task settings fail before loading
     model_path = resolve_model(config.model)
     tokenizer = load_tokenizer(model_path)
     out = Path(out)
@@ -124,9 +238,14 @@ def analyze(config: AnalyzeConfig, out: str | Path) -> dict[str, Any]:
             config.max_new_tokens, config.seed,
         )  # fmt: skip
     save_rollouts(rollouts, tokenizer, out / "rollouts.jsonl")
+    batches = split_groups(rollouts, config.prompts, parts, config.rollouts or "the rollouts")
     probe_fields = {f.name for f in fields(ProbeConfig)}
     result = run_probe(
-        model, rollouts, tokenizer.pad_token_id, ProbeConfig(**{k: getattr(config, k) for k in probe_fields})
+        model,
+        batches[: config.batches],
+        tokenizer.pad_token_id,
+        ProbeConfig(**{k: getattr(config, k) for k in probe_fields}),
+        warmup=batches[config.batches :],
     )
     result["settings"] = {k: v for k, v in config.__dict__.items() if k not in probe_fields} | {"reward": reward}
     figures = {

@@ -1,5 +1,5 @@
-"""Figures of the probe, after the paper's: Δπ by bucket (Fig. 1), correct ratio by method (Fig. 3),
-and gradient norm against π with the Proposition 4.2 bounds."""
+"""Figures of the probe, after the paper's: Δπ by bucket (Fig. 1), correct ratio by method (Fig. 3) with
+95% intervals over batches, per optimizer regime, and gradient norm against π with the Proposition 4.2 bounds."""
 
 from __future__ import annotations
 
@@ -18,25 +18,28 @@ def _pyplot():
 
 
 def plot_delta_pi(result: dict[str, Any], out: Path) -> Path | None:
-    """Mean |Δπ| of the tokens of each bucket (x) after updating all tokens or one bucket only (bars)."""
-    if not result.get("delta_pi"):
+    """Mean Δπ of the tokens of each bucket (x) after updating all tokens or one bucket only (bars).
+
+    The bucket-only updates run under the first optimizer regime only; Δπ pools the tokens of every batch.
+    """
+    if not result.get("updates"):
         return None
     plt = _pyplot()
     labels = result["buckets"]
-    updates = [name for name in result["delta_pi"] if name.startswith("only ")]
-    updates = (["grpo"] if "grpo" in result["delta_pi"] else []) + updates
+    regime, entries = next(iter(result["updates"].items()))
+    updates = (["grpo"] if "grpo" in entries else []) + [name for name in entries if name.startswith("only ")]
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=False)
     width = 0.8 / len(updates)
     for axis, sign in zip(axes, ("positive", "negative"), strict=True):
         for u, name in enumerate(updates):
-            values = [result["delta_pi"][name][label][sign]["mean"] or 0.0 for label in labels]
+            values = [entries[name]["delta_pi"][label][sign]["mean"] or 0.0 for label in labels]
             positions = [k + (u - (len(updates) - 1) / 2) * width for k in range(len(labels))]
             axis.bar(positions, values, width, label="all tokens (GRPO)" if name == "grpo" else name)
         axis.axhline(0.0, color="black", linewidth=0.6)
         axis.set_xticks(range(len(labels)), labels)
         axis.set_xlabel("π_old bucket of the measured tokens")
         axis.set_title(f"tokens with {sign} advantage")
-    axes[0].set_ylabel("mean Δπ after one update")
+    axes[0].set_ylabel(f"mean Δπ after one {regime} update")
     axes[1].legend(fontsize=7)
     figure.suptitle("Which tokens move when only one probability bucket is updated")
     figure.tight_layout()
@@ -46,25 +49,36 @@ def plot_delta_pi(result: dict[str, Any], out: Path) -> Path | None:
 
 
 def plot_correct_ratio(result: dict[str, Any], out: Path) -> Path | None:
-    """Share of tokens whose probability moved the way their advantage asks, per bucket and method."""
-    if not result.get("delta_pi"):
+    """Share of tokens whose probability moved the way their advantage asks, per bucket and method, with the
+    95% interval over batches as error bars: one column per optimizer regime, one row per advantage sign."""
+    if not result.get("updates"):
         return None
     plt = _pyplot()
     labels = [*result["buckets"], "all"]
-    methods = [m for m in ("grpo", "ar", "lopti", "ar+lopti") if m in result["delta_pi"]]
-    figure, axis = plt.subplots(figsize=(7.5, 3.8))
-    width = 0.8 / max(1, len(methods))
-    for m, method in enumerate(methods):
-        values = [result["delta_pi"][method][label]["correct_ratio"]["positive"] for label in labels]
-        positions = [k + (m - (len(methods) - 1) / 2) * width for k in range(len(labels))]
-        axis.bar(positions, [math.nan if v is None else v for v in values], width, label=method)
-    axis.axhline(0.5, color="black", linewidth=0.6, linestyle="--")
-    axis.set_xticks(range(len(labels)), labels)
-    axis.set_ylim(0, 1)
-    axis.set_xlabel("π_old bucket")
-    axis.set_ylabel("correct ratio (Â > 0: π rose)")
-    axis.legend(fontsize=8)
-    axis.set_title("Positive-advantage tokens whose probability rose after one update")
+    regimes = list(result["updates"])
+    figure, axes = plt.subplots(2, len(regimes), figsize=(6.5 * len(regimes), 7), squeeze=False, sharey=True)
+    for column, regime in enumerate(regimes):
+        entries = result["updates"][regime]
+        methods = [m for m in ("grpo", "ar", "lopti", "ar+lopti") if m in entries]
+        width = 0.8 / max(1, len(methods))
+        for axis, (sign, rule) in zip(axes[:, column], (("positive", "π rose"), ("negative", "π fell")), strict=True):
+            for m, method in enumerate(methods):
+                cells = [entries[method]["correct_ratio"][label][sign] for label in labels]
+                means = [math.nan if c["mean"] is None else c["mean"] for c in cells]
+                errors = [
+                    [0.0 if c["low"] is None else c["mean"] - c["low"] for c in cells],
+                    [0.0 if c["high"] is None else c["high"] - c["mean"] for c in cells],
+                ]
+                positions = [k + (m - (len(methods) - 1) / 2) * width for k in range(len(labels))]
+                axis.bar(positions, means, width, yerr=errors, capsize=2, label=method)
+            axis.axhline(0.5, color="black", linewidth=0.6, linestyle="--")
+            axis.set_xticks(range(len(labels)), labels)
+            axis.set_ylim(0, 1)
+            axis.set_xlabel("π_old bucket")
+            axis.set_ylabel(f"correct ratio (Â {'>' if sign == 'positive' else '<'} 0: {rule})")
+            axis.set_title(f"{regime}: tokens with {sign} advantage")
+            axis.legend(fontsize=8)
+    figure.suptitle(f"Correct ratio after one update, mean over {result['batches']} batch(es) with 95% intervals")
     figure.tight_layout()
     figure.savefig(out, dpi=110)
     plt.close(figure)

@@ -1,11 +1,16 @@
 """The one-update probe of PAPER.md §9: how each probability bucket drives and receives one policy update.
 
-From one batch of rollouts it measures, with every other setting fixed:
-- token share per π_old bucket;
+From one or more independent batches of rollouts it measures, with every other setting fixed:
+- token share per π_old bucket, overall and per advantage sign;
 - the gradient norm of the loss restricted to each bucket, and to all tokens;
-- Δπ per token after one optimizer step that updates all tokens, one bucket only, or uses GRPO, AR,
-  Lopti (two phases) or AR + Lopti — by bucket and advantage sign — and the "correct ratio" (share of
-  positive-advantage tokens whose probability rose; the mirror for negative ones);
+- Δπ per token after one update of all tokens, of one bucket only, or with GRPO, AR, Lopti (one optimizer
+  step per phase) or AR + Lopti, by bucket and advantage sign, and the "correct ratio" (share of
+  positive-advantage tokens whose probability rose; the mirror for negative ones), with 95% intervals
+  over the batches (lopti/diagnostics/pooling.py);
+- all of it under each optimizer regime: "sgd" (the paper's analysis), "adamw" (the trainer's AdamW from
+  a fresh state, whose first step moves every weight by about its learning rate) and "adamw_warm" (the
+  same AdamW after one RL update of the same method on each of `warmup_updates` other batches, so that
+  its moment estimates are those of a run in progress);
 - Proposition 4.2 per token: ‖∂(−log π)/∂z‖ at the logits and ‖∂(−log π)/∂h‖ at the last hidden state
   (the unembedding's input) against their bounds in (1 − π).
 The loss is the training objective (lopti.core.objective, without KL), token-mean over the whole batch.
@@ -13,59 +18,74 @@ The loss is the training objective (lopti.core.objective, without KL), token-mea
 
 from __future__ import annotations
 
-import math
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+from transformers import Trainer
 
 from lopti.core.advantages import token_advantages
-from lopti.core.bound import grad_norm_bounds, logit_grad_norm
-from lopti.core.buckets import QUARTILES, bucket_labels, bucket_shares, check_edges, probability_buckets
+from lopti.core.bound import logit_grad_norm
+from lopti.core.buckets import QUARTILES, bucket_labels, check_edges, probability_buckets
 from lopti.core.objective import token_objective
+from lopti.diagnostics.pooling import BatchMeasure, pool
 from lopti.diagnostics.rollouts import Rollouts
 
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ("sgd", "adamw", "adamw_warm")
 # Each compared method as (AR on, Lopti on): AR uses the config's alpha, Lopti takes one step per phase.
 METHODS = {"grpo": (False, False), "ar": (True, False), "lopti": (False, True), "ar+lopti": (True, True)}
-SCATTER_POINTS = 4000  # tokens kept for the gradient-vs-π figure
+
+
+def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Return a comma-separated string (as the command line passes it) or a sequence as a tuple of names."""
+    return tuple(v.strip() for v in value.split(",")) if isinstance(value, str) else tuple(value)
 
 
 @dataclass
 class ProbeConfig:
-    """How the probe updates: the paper's analysis uses SGD with lr 1e-3 and probability quartiles."""
+    """How the probe updates. The paper's analysis: SGD, lr 1e-3, probability quartiles. The AdamW settings
+    default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml) and the trainer's defaults."""
 
-    edges: tuple[float, ...] = field(
-        default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
-    )
-    optimizer: str = field(default="sgd", metadata={"help": "Optimizer of the one update: sgd or adamw."})
-    lr: float = field(default=1e-3, metadata={"help": "Learning rate of the one update."})
-    alpha: float = field(default=0.3, metadata={"help": "AR's α for the ar and ar+lopti methods."})
-    eta: float = field(default=0.5, metadata={"help": "Lopti's probability threshold η."})
-    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range ε of the surrogate."})
-    eps_high: float = field(default=0.24, metadata={"help": "Upper clip range ε_high of the surrogate."})
-    dual_clip: float = field(default=10.0, metadata={"help": "Dual-clip constant c for negative advantages."})
-    micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
-    methods: tuple[str, ...] = field(
-        default=tuple(METHODS), metadata={"help": f"Methods whose update is compared: any of {', '.join(METHODS)}."}
-    )
+    edges: tuple[float, ...] = QUARTILES
+    optimizers: tuple[str, ...] = ("sgd",)
+    lr: float = 1e-3  # SGD's
+    adam_lr: float = 1e-4
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    weight_decay: float = 0.01  # on the weights the 🤗 Trainer decays (not biases or norms), as in training
+    max_grad_norm: float = 1.0  # the AdamW regimes clip the gradient as the trainer does; 0 turns it off
+    warmup_updates: int = 3  # adamw_warm: earlier RL updates, one per other batch
+    alpha: float = 0.3
+    eta: float = 0.5
+    eps_low: float = 0.2
+    eps_high: float = 0.24
+    dual_clip: float = 10.0
+    micro_batch: int = 4
+    methods: tuple[str, ...] = field(default=tuple(METHODS))
     # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
     # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
-    dtype: str = field(default="float64", metadata={"help": "Weights' dtype: float64 (exact) or float32 (faster)."})
+    dtype: str = "float64"
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""
         self.edges = check_edges(self.edges)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+        self.optimizers, self.methods = _names(self.optimizers), _names(self.methods)
+        for key, names, known in (("optimizers", self.optimizers, OPTIMIZERS), ("methods", self.methods, METHODS)):
+            unknown = [n for n in names if n not in known]
+            if unknown or not names:
+                problem = f"unknown {', '.join(unknown)}" if unknown else "none given"
+                raise ValueError(f"{key}: {problem}; choose from {', '.join(known)}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
-        if self.lr <= 0 or self.micro_batch < 1:
-            raise ValueError(f"lr and micro_batch must be positive, got {self.lr} and {self.micro_batch}")
+        if self.lr <= 0 or self.adam_lr <= 0 or self.micro_batch < 1:
+            raise ValueError(
+                f"lr, adam_lr and micro_batch must be positive, got {self.lr}, {self.adam_lr} and {self.micro_batch}"
+            )
+        if "adamw_warm" in self.optimizers and self.warmup_updates < 1:
+            raise ValueError(f"optimizer adamw_warm needs warmup_updates ≥ 1, got {self.warmup_updates}")
 
 
 @dataclass
@@ -112,6 +132,12 @@ def token_logprobs(model, batch: Batch, temperature: float, micro_batch: int) ->
     return torch.cat(parts)
 
 
+def batch_advantages(rollouts: Rollouts, batch: Batch, dtype: torch.dtype) -> torch.Tensor:
+    """Return the paper's GRPO advantages (B, L − 1) of the rollouts' rewards, zero outside the responses."""
+    rewards = torch.tensor(rollouts.rewards, dtype=dtype)
+    return token_advantages(rewards, batch.mask, rollouts.group_size, "grpo")
+
+
 @dataclass(frozen=True)
 class Update:
     """One compared update: the advantages it starts from, its AR α (0 = off) and whether Lopti splits it."""
@@ -119,6 +145,12 @@ class Update:
     advantages: torch.Tensor
     alpha: float = 0.0
     lopti: bool = False
+
+
+def method_update(method: str, advantages: torch.Tensor, config: ProbeConfig) -> Update:
+    """Return the update of one of METHODS on `advantages`."""
+    uses_ar, uses_lopti = METHODS[method]
+    return Update(advantages, config.alpha if uses_ar else 0.0, uses_lopti)
 
 
 def policy_gradient(
@@ -137,77 +169,85 @@ def policy_gradient(
         )  # fmt: skip
         (terms.policy.sum() / count).backward()
     squares = [p.grad.double().square().sum() for p in model.parameters() if p.grad is not None]
-    return math.sqrt(sum(squares)) if squares else 0.0
+    return sum(squares).sqrt().item() if squares else 0.0
 
 
-def updated_logprobs(model, state, batch, old, update: Update, temperature, config) -> tuple[torch.Tensor, list[float]]:
-    """Restore `state`, take one optimizer step (one per Lopti phase); return the new log π and gradient norms."""
-    model.load_state_dict(state)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (
-        torch.optim.SGD(params, lr=config.lr)
-        if config.optimizer == "sgd"
-        else torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+def make_optimizer(model, regime: str, config: ProbeConfig, warm_state: dict | None = None) -> torch.optim.Optimizer:
+    """Return the regime's optimizer over the trainable weights; AdamW as the 🤗 Trainer builds it.
+
+    `warm_state` (an AdamW state_dict) is copied in, so that the same warm state can start many updates.
+    """
+    if regime == "sgd":
+        return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=config.lr)
+    decayed = set(Trainer.get_decay_parameter_names(None, model))  # the Trainer's rule; the method needs no self
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for name, p in named if name in decayed], "weight_decay": config.weight_decay},
+        {"params": [p for name, p in named if name not in decayed], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(
+        [g for g in groups if g["params"]],
+        lr=config.adam_lr,
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_epsilon,
     )
+    if warm_state is not None:
+        optimizer.load_state_dict(copy.deepcopy(warm_state))  # steps update the moments in place
+    return optimizer
+
+
+def take_update(
+    model, optimizer, batch, old, update: Update, temperature: float, config, clip: bool, first: tuple | None = None
+) -> tuple[list[float], tuple]:
+    """Take one optimizer step per phase (two for Lopti), clipping like the trainer if asked.
+
+    Return the gradient norms and `first`, the first step's (gradients, norm): that step starts from the same
+    weights in every regime, so a caller passes it back to skip its backward pass.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
     norms = []
-    for phase in (0, 1) if update.lopti else (None,):
-        norms.append(policy_gradient(model, batch, old, update, phase, temperature, config))
+    for step, phase in enumerate((0, 1) if update.lopti else (None,)):
+        if step == 0 and first is not None:
+            for p, gradient in zip(params, first[0], strict=True):
+                p.grad = None if gradient is None else gradient.clone()  # clipping scales .grad in place
+            norms.append(first[1])
+        else:
+            norms.append(policy_gradient(model, batch, old, update, phase, temperature, config))
+            if step == 0:
+                first = ([None if p.grad is None else p.grad.clone() for p in params], norms[0])
+        if clip and config.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], config.max_grad_norm)
         optimizer.step()
-    return token_logprobs(model, batch, temperature, config.micro_batch), norms
+    return norms, first
 
 
-def _summary(values: torch.Tensor) -> dict[str, Any]:
-    if values.numel() == 0:
-        return {"n": 0, "mean": None, "mean_abs": None, "median": None}
-    values = values.double()
-    return {
-        "n": values.numel(),
-        "mean": values.mean().item(),
-        "mean_abs": values.abs().mean().item(),
-        "median": values.median().item(),
-    }
+def warm_states(model, state: dict, warmup: list[Rollouts], pad_id: int, config: ProbeConfig) -> dict[str, dict]:
+    """Return, per method (and GRPO), the AdamW state after that method's RL update on each warm-up batch.
+
+    The weights move through the warm-up as in training, each batch's π_old taken at the current weights;
+    then `state` is restored, so that every regime measures the same tokens from the same weights, and only
+    the optimizer's moments and step count carry the warm-up.
+    """
+    states = {}
+    for method in dict.fromkeys(("grpo", *config.methods)):  # GRPO's warms the bucket-only updates
+        model.load_state_dict(state)
+        optimizer = make_optimizer(model, "adamw", config)
+        for rollouts in warmup:
+            batch = make_batch(rollouts, pad_id)
+            old = token_logprobs(model, batch, rollouts.temperature, config.micro_batch)
+            update = method_update(method, batch_advantages(rollouts, batch, old.dtype), config)
+            take_update(model, optimizer, batch, old, update, rollouts.temperature, config, clip=True)
+        states[method] = copy.deepcopy(optimizer.state_dict())
+    model.load_state_dict(state)
+    return states
 
 
-def delta_breakdown(delta: torch.Tensor, index: torch.Tensor, advantages: torch.Tensor, labels: list[str]) -> dict:
-    """Return Δπ summaries and correct ratios per bucket and advantage sign (zero advantages left out)."""
-    table = {}
-    for k, label in enumerate([*labels, "all"]):
-        inside = index >= 0 if label == "all" else index == k
-        positive, negative = inside & (advantages > 0), inside & (advantages < 0)
-        up, down = (delta[positive] > 0).sum().item(), (delta[negative] < 0).sum().item()
-        n_pos, n_neg = positive.sum().item(), negative.sum().item()
-        table[label] = {
-            "positive": _summary(delta[positive]),
-            "negative": _summary(delta[negative]),
-            "correct_ratio": {
-                "positive": up / n_pos if n_pos else None,
-                "negative": down / n_neg if n_neg else None,
-                "both": (up + down) / (n_pos + n_neg) if n_pos + n_neg else None,
-            },
-        }
-    return table
+def token_gradient_norms(model, batch: Batch, temperature: float, micro_batch: int) -> tuple[torch.Tensor, ...]:
+    """Return π, ‖∂(−log π)/∂z‖ and ‖∂(−log π)/∂h‖ of every response token (flattened, float64).
 
-
-def _correlation(x: torch.Tensor, y: torch.Tensor) -> float | None:
-    """Return Pearson's r, or None when either side is constant (r is undefined there, not NaN in JSON)."""
-    if len(x) < 2 or x.std() == 0 or y.std() == 0:
-        return None
-    return torch.corrcoef(torch.stack([x.double(), y.double()]))[0, 1].item()
-
-
-def gradient_bounds(
-    model, batch: Batch, temperature: float, micro_batch: int, seed: int = 0
-) -> tuple[dict[str, Any], torch.Tensor]:
-    """Return Proposition 4.2 checks at the logits and the last hidden state, and each token's logit norm.
-
-    At the logits the bounds are exact. At the hidden state h (z = W h / T) the gradient is Wᵀ(π − e_k)/T;
-    its norm is at most σ_max(W)/T · √2 (1 − π), always, and at least σ_min(W)/T · √(N/(N−1)) (1 − π) only
-    if π − e_k has no part in Wᵀ's null space (it does, since N > d): the lower bound is not guaranteed.
+    At the last hidden state h (z = W h / T) the gradient is Wᵀ(π − e_k)/T.
     """
     weight = model.get_output_embeddings().weight.detach().double()
-    singular = torch.linalg.svdvals(weight) / temperature
-    sigma_min, sigma_max = singular.min().item(), singular.max().item()
-    vocab = weight.shape[0]
     pis, logit_norms, hidden_norms = [], [], []
     with torch.no_grad():
         for rows in _micro(batch, micro_batch):
@@ -219,85 +259,61 @@ def gradient_bounds(
             hidden_norms.append((grad_z @ weight).norm(dim=-1) / temperature)
             logit_norms.append(norm)
             pis.append(1.0 - one_minus_pi)
-    pi, logit_norm, hidden_norm = torch.cat(pis), torch.cat(logit_norms), torch.cat(hidden_norms)
-    lower, upper = grad_norm_bounds(1.0 - pi, vocab)
-    slack = 1e-9 * torch.ones_like(pi)  # float64 rounding at π → 1, where both sides vanish
-    inside_logits = (logit_norm >= lower - slack) & (logit_norm <= upper + slack)
-    hidden_upper = hidden_norm <= sigma_max * upper + slack
-    hidden_lower = hidden_norm >= sigma_min * lower - slack
-    keep = torch.randperm(len(pi), generator=torch.Generator().manual_seed(seed))[:SCATTER_POINTS]
-    return {
-        "tokens": len(pi),
-        "vocab_size": vocab,
-        "logits": {"inside_fraction": inside_logits.double().mean().item()},
-        "hidden": {
-            "sigma_min": sigma_min,
-            "sigma_max": sigma_max,
-            "upper_holds_fraction": hidden_upper.double().mean().item(),
-            "lower_holds_fraction": hidden_lower.double().mean().item(),
-            "correlation_with_1_minus_pi": _correlation(hidden_norm, 1 - pi),
-        },
-        "scatter": {
-            "pi": pi[keep].tolist(),
-            "logit_norm": logit_norm[keep].tolist(),
-            "hidden_norm": hidden_norm[keep].tolist(),
-        },
-    }, logit_norm
+    return torch.cat(pis), torch.cat(logit_norms), torch.cat(hidden_norms)
 
 
-def run_probe(model, rollouts: Rollouts, pad_id: int, config: ProbeConfig | None = None) -> dict[str, Any]:
-    """Return every measurement of the probe as a JSON-ready dict (see the module docstring)."""
+def measure_batch(model, state, rollouts, pad_id, config: ProbeConfig, warm: dict[str, dict]) -> BatchMeasure:
+    """Return one batch's per-token numbers and, under each regime, every compared update's Δπ per token."""
+    batch, temperature = make_batch(rollouts, pad_id), rollouts.temperature
+    model.load_state_dict(state)
+    old = token_logprobs(model, batch, temperature, config.micro_batch)
+    advantages = batch_advantages(rollouts, batch, old.dtype)
+    index = probability_buckets(old, batch.mask, config.edges)
+    pi, logit_norm, hidden_norm = token_gradient_norms(model, batch, temperature, config.micro_batch)
+    mask = batch.mask
+    measure = BatchMeasure(rollouts, index[mask], advantages[mask], pi, logit_norm, hidden_norm)
+    if not advantages.abs().sum() > 0:
+        return measure  # all rewards tied in every group: no update moves anything
+    labels = bucket_labels(config.edges)
+    variants = {f"only {label}": Update(advantages * (index == k)) for k, label in enumerate(labels)}
+    variants |= {m: method_update(m, advantages, config) for m in config.methods}
+    for name, update in variants.items():
+        first = None  # the first step's gradient, shared by the regimes
+        # the bucket-only updates (the paper's Fig. 1) under the first regime only: they cost one step each
+        for regime in config.optimizers[:1] if name.startswith("only ") else config.optimizers:
+            model.load_state_dict(state)
+            warm_state = warm.get("grpo" if name.startswith("only ") else name) if regime == "adamw_warm" else None
+            optimizer = make_optimizer(model, regime, config, warm_state)
+            norms, first = take_update(
+                model, optimizer, batch, old, update, temperature, config, clip=regime != "sgd", first=first
+            )
+            new = token_logprobs(model, batch, temperature, config.micro_batch)
+            measure.deltas[regime, name] = (new.exp() - old.exp())[mask]
+            measure.grad_norms[regime, name] = norms
+    return measure
+
+
+def run_probe(
+    model, rollouts: Rollouts | list[Rollouts], pad_id: int, config: ProbeConfig | None = None,
+    warmup: list[Rollouts] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Return every measurement of the probe over one or more batches as a JSON-ready dict (module docstring).
+
+    `warmup` holds the other batches whose RL updates warm the "adamw_warm" regime's AdamW state.
+    """
     config = config or ProbeConfig()
     config.check()
+    batches = [rollouts] if isinstance(rollouts, Rollouts) else list(rollouts)
+    warmup = list(warmup or [])
+    if "adamw_warm" in config.optimizers and not warmup:
+        raise ValueError("optimizer adamw_warm needs warm-up batches: pass warmup rollouts (warmup_updates ≥ 1)")
     model.to(getattr(torch, config.dtype))  # the model is left in this dtype
     model.eval()  # no dropout: the measured change is the update's alone
-    batch, temperature = make_batch(rollouts, pad_id), rollouts.temperature
-    old = token_logprobs(model, batch, temperature, config.micro_batch)
-    rewards = torch.tensor(rollouts.rewards, dtype=old.dtype)
-    advantages = token_advantages(rewards, batch.mask, rollouts.group_size, "grpo")
-    index = probability_buckets(old, batch.mask, config.edges)
-    labels = bucket_labels(config.edges)
-    shares = bucket_shares(index, len(labels))
-    bound, logit_norm = gradient_bounds(model, batch, temperature, config.micro_batch)
-    warnings = [f"bucket {label} holds no response token" for label, s in zip(labels, shares, strict=True) if s == 0]
-    result: dict[str, Any] = {
-        "config": {**config.__dict__, "edges": list(config.edges), "methods": list(config.methods)},
-        "responses": len(rollouts),
-        "group_size": rollouts.group_size,
-        "temperature": temperature,
-        "tokens": int(batch.mask.sum()),
-        "reward_mean": rewards.mean().item(),
-        "groups_with_reward_spread": sum(
-            len(set(rollouts.rewards[i : i + rollouts.group_size])) > 1
-            for i in range(0, len(rollouts), rollouts.group_size)
-        ),
-        "buckets": labels,
-        "token_share": dict(zip(labels, shares.tolist(), strict=True)),
-        "bound": bound,
-        "warnings": warnings,
-    }
-    # Each bucket's share of Σ|Â|·‖∂(−log π)/∂z‖: exact, and as the trainer logs it with (1 − π) for the norm.
-    for key, norm in (("grad_share_exact", logit_norm), ("grad_share_1_minus_pi", 1 - old[batch.mask].double().exp())):
-        shares = bucket_shares(index[batch.mask], len(labels), advantages[batch.mask].abs().double() * norm)
-        result[key] = dict(zip(labels, shares.tolist(), strict=True))
-    if not advantages.abs().sum() > 0:
-        result["warnings"].append(
-            "every group gave all its responses the same reward: all advantages are zero, so no update moves "
-            "any token; gradient norms, Δπ and correct ratios are not measured"
-        )
-        result.update(grad_norm=None, delta_pi=None)
-        return result
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    variants = {f"only {label}": Update(advantages * (index == k)) for k, label in enumerate(labels)}
-    for method in config.methods:
-        uses_ar, uses_lopti = METHODS[method]
-        variants[method] = Update(advantages, config.alpha if uses_ar else 0.0, uses_lopti)
-    grad_norm, delta_pi = {}, {}
-    for name, update in tqdm(variants.items(), desc="probe updates", leave=False):
-        new, norms = updated_logprobs(model, state, batch, old, update, temperature, config)
-        grad_norm[name] = norms[0] if len(norms) == 1 else norms
-        delta = (new.double().exp() - old.double().exp())[batch.mask]
-        delta_pi[name] = delta_breakdown(delta, index[batch.mask], advantages[batch.mask], labels)
+    warm = warm_states(model, state, warmup, pad_id, config) if "adamw_warm" in config.optimizers else {}
+    measures = [measure_batch(model, state, b, pad_id, config, warm) for b in tqdm(batches, desc="probe", leave=False)]
     model.load_state_dict(state)
-    result.update(grad_norm=grad_norm, delta_pi=delta_pi)
-    return result
+    weight = model.get_output_embeddings().weight.detach().double()
+    result = pool(measures, bucket_labels(config.edges), weight, batches[0].temperature)
+    config_record = {**config.__dict__, "edges": list(config.edges)}
+    return {"config": config_record | {"optimizers": list(config.optimizers), "methods": list(config.methods)}} | result

@@ -108,3 +108,23 @@ def load_rollouts(path: str | Path, tokenizer) -> Rollouts:
         group_size,
         float(header.get("temperature", 1.0)),
     )
+
+
+def split_groups(rollouts: Rollouts, groups_per_batch: int, batches: int, source: str) -> list[Rollouts]:
+    """Return the first `batches` batches of `groups_per_batch` consecutive groups each; `source` names the file."""
+    size = groups_per_batch * rollouts.group_size
+    if len(rollouts) < size * batches:
+        raise ValueError(
+            f"{source} holds {len(rollouts) // rollouts.group_size} groups, but {batches} batches (warm-up ones "
+            f"included) of {groups_per_batch} prompts need {groups_per_batch * batches}"
+        )
+    return [
+        Rollouts(
+            rollouts.prompt_ids[k * size : (k + 1) * size],
+            rollouts.completion_ids[k * size : (k + 1) * size],
+            rollouts.rewards[k * size : (k + 1) * size],
+            rollouts.group_size,
+            rollouts.temperature,
+        )
+        for k in range(batches)
+    ]

@@ -93,6 +93,16 @@ class LoptiGRPOConfig(GRPOConfig):
             "'high_entropy': {'rho': 0.1}} (a JSON string on the command line)."
         },
     )
+    update_quality_every: int = field(
+        default=0,
+        metadata={
+            "help": "Every K-th RL step (generated batch), after its update, one extra forward pass over the same "
+            "batch logs per π_old bucket (probability_buckets) and for all tokens: quality/correct_pos_* and "
+            "quality/correct_neg_* (share of tokens with Â > 0 whose log π rose, with Â < 0 whose log π fell) and "
+            "quality/dlogp_pos_*, quality/dlogp_neg_* (their mean Δ log π); with Lopti also quality/phase1/* "
+            "after phase 1's update alone (a second extra forward). 0 (default) turns it off."
+        },
+    )
     max_nonfinite_losses: int = field(
         default=3,
         metadata={
@@ -157,6 +167,7 @@ class LoptiGRPOConfig(GRPOConfig):
             problems.append(f"dual_clip must be > 1 or None, got {self.dual_clip}")
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        problems += self._update_quality_problems()
         if self.max_nonfinite_losses < 1:
             problems.append(f"max_nonfinite_losses must be ≥ 1, got {self.max_nonfinite_losses}")
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
@@ -181,6 +192,18 @@ class LoptiGRPOConfig(GRPOConfig):
         if self.lopti:
             problems += self._lopti_schedule_problems()
         return problems
+
+    def _update_quality_problems(self) -> list[str]:
+        if self.update_quality_every < 0:
+            return [f"update_quality_every must be ≥ 0 (0 = off), got {self.update_quality_every}"]
+        passes = self.steps_per_generation * self.num_iterations
+        if self.update_quality_every and passes % self.gradient_accumulation_steps != 0:
+            return [
+                f"update_quality_every needs each generated batch to end on an optimizer step: steps_per_generation "
+                f"({self.steps_per_generation}) × num_iterations ({self.num_iterations}) must be a multiple of "
+                f"gradient_accumulation_steps ({self.gradient_accumulation_steps})"
+            ]
+        return []
 
     def _lopti_schedule_problems(self) -> list[str]:
         problems = []

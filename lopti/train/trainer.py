@@ -7,6 +7,9 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
   surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
   only TRL's plumbing: log-probs, the `loss_type` aggregation, vLLM importance ratios, logging.
+Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` also keeps log Σ p² from
+the fused LM head (the exact gradient share), and `training_step` hands each micro-batch to the
+update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks for it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
 
 from lopti.core import (
     CreditStep,
@@ -27,10 +32,12 @@ from lopti.core import (
     token_advantages,
     token_objective,
 )
+from lopti.core.bound import logit_grad_norm_from_sum_sq
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.core.objective import BUILT_IN_STEPS
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import TrainingGuard
+from lopti.train.update_quality import UpdateQuality
 
 AGGREGATION_OF_LOSS_TYPE = {
     "grpo": "seq-mean-token-mean",
@@ -127,6 +134,60 @@ class LoptiGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
+        self._log_sum_sq_parts: list[torch.Tensor | None] | None = None  # filled while a log-prob pass runs
+        self._log_sum_sq_probs: torch.Tensor | None = None  # of the latest log-prob pass, None if unavailable
+        self._training_logps: torch.Tensor | None = None  # of the latest pass with gradients (the loss's)
+        self._keep_log_sum_sq_probs()
+        self._update_quality = UpdateQuality(self) if args.update_quality_every > 0 else None
+        if self._update_quality is not None:
+            self.add_callback(self._update_quality)
+
+    def _keep_log_sum_sq_probs(self) -> None:
+        """Make the policy's fused LM head also return log Σ p², and keep it for `_log_probability_metrics`.
+
+        TRL patches the forward to return log-probs and entropy only; patching it again adds log Σ p², which
+        the kernel accumulates in the same pass over the vocabulary. TRL's `_get_per_token_logps_and_entropies`
+        passes on only log-probs and entropy, so a thin wrapper collects log Σ p² while that method runs.
+        """
+        model = self.model.get_base_model() if is_peft_model(self.model) else self.model
+        add_fused_lm_head(
+            model,
+            temperature=self.temperature,
+            cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
+            outputs=("log_probs", "entropy", "log_sum_sq_probs"),
+        )
+        fused_forward = model.forward
+
+        @functools.wraps(fused_forward)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            outputs = fused_forward(*args, **kwargs)
+            if kwargs.get("fused_lm_head") and self._log_sum_sq_parts is not None:
+                self._log_sum_sq_parts.append(outputs.log_sum_sq_probs)
+            return outputs
+
+        model.forward = forward
+
+    # --- Observes TRL's log-prob pass: keeps log Σ p² of the same tokens, and the loss pass's log-probs.
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        self._log_sum_sq_parts = []
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+        parts, self._log_sum_sq_parts = self._log_sum_sq_parts, None
+        # the reference model has no wrapper: nothing is collected, and the (1 − π) bound is the fallback
+        complete = bool(parts) and all(p is not None for p in parts) and sum(len(p) for p in parts) == len(logps)
+        self._log_sum_sq_probs = torch.cat([p[:, -logits_to_keep:] for p in parts]) if complete else None
+        if logps.requires_grad:
+            self._training_logps = logps.detach()
+        return logps, entropies, aux_loss
+
+    # --- Observes each micro-step for the update-quality metrics; TRL's step itself is unchanged.
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._update_quality is not None:
+            micro_batch = self._buffered_inputs[(self._step - 1) % self.args.steps_per_generation]
+            self._update_quality.after_micro_step(micro_batch, self._training_logps)
+        return loss
 
     # --- TRL override 1: keep the rewards, which GRPOTrainer only turns into advantages internally.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -270,22 +331,37 @@ class LoptiGRPOTrainer(GRPOTrainer):
         metrics[name].append(self.accelerator.gather(loss.detach()).nanmean().item())
 
     def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase) -> None:
-        """Log the token share and the gradient share of each π_old bucket, and Lopti's between-phase moves.
+        """Log each π_old bucket's share of the tokens and of the gradient, also per advantage sign, and Lopti's moves.
 
-        probs/grad_share_*: each bucket's share of Σ |Â| (1 − π_old), the logit-gradient norm up to the
-        Proposition 4.2 factor in [√(N/(N−1)), √2]; analytic, no extra backward. With Lopti, phase 2 logs
+        probs/grad_share_*: each bucket's share of Σ |Â|·‖∂(−log π)/∂z‖, the advantage-weighted logit-gradient
+        norm at the current policy: exact, √(1 − 2π + Σ p²), from the log Σ p² that the fused LM head returned
+        with these log-probs; where that is unavailable, the bound (1 − π), exact up to a factor in
+        [√(N/(N−1)), √2] (Proposition 4.2). No extra backward either way. probs/pos_share_*, probs/pos_grad_share_*
+        and probs/neg_* are the same over the tokens with Â > 0 and with Â < 0 alone. With Lopti, phase 2 logs
         the mean |log π − log π_old| of the phase-1 and the phase-2 tokens: what phase 1 moved.
         """
         metrics = self._metrics["train" if self.model.training else "eval"]
         edges = self.args.probability_buckets
-        index = probability_buckets(old_logps, mask, edges)
-        weight = advantages.abs() * (1.0 - old_logps.detach().exp())
         labels = bucket_labels(edges)
-        totals = torch.stack([bucket_totals(index, len(labels)), bucket_totals(index, len(labels), weight)])
-        tokens, gradient = self.accelerator.gather(totals.unsqueeze(0)).sum(dim=0)
-        for k, label in enumerate(labels):
-            metrics[f"probs/share_{label}"].append((tokens[k] / tokens.sum().clamp(min=1)).item())
-            metrics[f"probs/grad_share_{label}"].append((gradient[k] / gradient.sum().clamp(min=1e-30)).item())
+        index = probability_buckets(old_logps, mask, edges)
+        sum_sq = self._log_sum_sq_probs
+        if sum_sq is not None and sum_sq.shape == logps.shape:
+            norm = logit_grad_norm_from_sum_sq(logps, sum_sq)
+        else:
+            norm = -torch.expm1(logps.detach().double())
+        weight = advantages.abs() * norm
+        signs = {"": mask.bool(), "pos_": advantages > 0, "neg_": advantages < 0}
+        totals = [
+            bucket_totals(index.masked_fill(~where, -1), len(labels), values)
+            for where in signs.values()
+            for values in (None, weight)
+        ]
+        totals = self.accelerator.gather(torch.stack(totals).unsqueeze(0)).sum(dim=0)
+        for sign, tokens, gradient in zip(signs, totals[0::2], totals[1::2], strict=True):
+            token_share, gradient_share = tokens / tokens.sum().clamp(min=1), gradient / gradient.sum().clamp(min=1e-30)
+            for k, label in enumerate(labels):
+                metrics[f"probs/{sign}share_{label}"].append(token_share[k].item())
+                metrics[f"probs/{sign}grad_share_{label}"].append(gradient_share[k].item())
         if self.args.lopti and phase == 1:
             moved = (logps.detach() - old_logps).abs()
             for name, where in (("phase1_tokens", mask.bool() & ~active), ("phase2_tokens", active)):

@@ -57,3 +57,31 @@ def test_bad_arguments():
         logit_grad_norm(torch.zeros(2, 3, 5), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="vocab_size must be"):
         grad_norm_bounds(torch.zeros(1), 1)
+
+
+def test_norm_from_log_sum_sq_matches_autograd():
+    # √(1 − 2π + Σ p²) is the norm of softmax(z) − e_k: from log π and log Σ p² alone, without the logits
+    from lopti.core.bound import logit_grad_norm_from_sum_sq
+
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 50, generator=generator, dtype=torch.float64) * 6).requires_grad_(True)
+    ids = torch.randint(50, (64,), generator=generator)
+    ids[::2] = logits.detach()[::2].argmax(-1)  # half the tokens are the likeliest ones
+    logps = torch.log_softmax(logits, -1).gather(1, ids[:, None]).squeeze(1)
+    (-logps.sum()).backward()
+    log_sum_sq = torch.logsumexp(2 * torch.log_softmax(logits.detach(), -1), dim=-1)
+    norm = logit_grad_norm_from_sum_sq(logps, log_sum_sq)
+    assert logps.exp().max() > 0.99 and logps.exp().min() < 0.01  # confident and unlikely tokens alike
+    torch.testing.assert_close(norm, logits.grad.norm(dim=-1), atol=1e-12, rtol=0)
+
+
+def test_norm_from_log_sum_sq_stays_inside_the_bounds_when_rounding_breaks_it():
+    from lopti.core.bound import logit_grad_norm_from_sum_sq
+
+    # π = 1 − 1e-4 with a log Σ p² rounded below log π² (impossible exactly): the others' part clamps to 0
+    logp = torch.tensor([math.log1p(-1e-4)] * 2)
+    norm = logit_grad_norm_from_sum_sq(logp, torch.stack([2 * logp[0] - 1e-7, 2 * logp[0] + 1e-3]))
+    assert norm[0].item() == pytest.approx(1e-4, rel=1e-6)  # (1 − π), the lower end
+    assert norm[1].item() == pytest.approx(math.sqrt(2) * 1e-4, rel=1e-6)  # clamped to √2 (1 − π), the upper end
+    with pytest.raises(ValueError, match="must have the shape of logprobs"):
+        logit_grad_norm_from_sum_sq(logp, logp[:1])

@@ -1,13 +1,22 @@
-"""The one-update probe: a hand-built single-token case, a tiny model end to end, and bad input."""
+"""The one-update probe: hand-built single-token cases (SGD and AdamW, fresh and warm), a tiny model end to
+end, and bad input."""
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from lopti.diagnostics.analyze import AnalyzeConfig, analyze
+from lopti.diagnostics.analyze import (
+    RECIPE_OPTIMIZER_KEYS,
+    AnalyzeConfig,
+    analyze,
+    recipe_optimizer_settings,
+    training_rows,
+    with_recipe,
+)
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import Rollouts, load_rollouts, save_rollouts
 
@@ -36,27 +45,113 @@ def test_single_token_case_has_the_known_gradient_norm_and_correct_ratio():
     advantage = 0.5 / (math.sqrt(0.5) + 1e-6)
     rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=1.0)
     result = run_probe(LogitsOnly(4), rollouts, pad_id=3, config=ProbeConfig(lr=0.1))
-    assert result["grad_norm"]["grpo"] == pytest.approx(advantage / math.sqrt(2), rel=1e-12)
+    sgd = result["updates"]["sgd"]
+    assert sgd["grpo"]["grad_norm"][0]["mean"] == pytest.approx(advantage / math.sqrt(2), rel=1e-12)
     assert result["token_share"] == {"[0.00,0.25)": 0.0, "[0.25,0.50)": 1.0, "[0.50,0.75)": 0.0, "[0.75,1.00]": 0.0}
     assert len(result["warnings"]) == 3 and "bucket [0.00,0.25) holds no response token" in result["warnings"][0]
-    grpo = result["delta_pi"]["grpo"]["[0.25,0.50)"]
+    grpo = sgd["grpo"]["delta_pi"]["[0.25,0.50)"]
     assert grpo["correct_ratio"] == {"positive": 1.0, "negative": 1.0, "both": 1.0}
+    # one batch: a mean without an interval
+    assert sgd["grpo"]["correct_ratio"]["[0.25,0.50)"]["positive"] == {
+        "mean": 1.0,
+        "low": None,
+        "high": None,
+        "batches": 1,
+        "per_batch": [1.0],
+    }
     # one SGD step of lr 0.1 moves z_1 up and z_2 down by 0.1 · A/2: the new π_1 follows in closed form
     step = 0.1 * advantage / 2
     new_pi = math.exp(step) / (math.exp(step) + math.exp(-step) + 2)
     assert grpo["positive"]["mean"] == pytest.approx(new_pi - 0.25, rel=1e-9)
-    empty = result["delta_pi"]["only [0.00,0.25)"]["[0.25,0.50)"]
-    assert result["grad_norm"]["only [0.00,0.25)"] == 0.0 and empty["positive"]["mean"] == 0.0
-    assert result["delta_pi"]["grpo"]["[0.00,0.25)"]["correct_ratio"]["both"] is None
+    empty = sgd["only [0.00,0.25)"]["delta_pi"]["[0.25,0.50)"]
+    assert sgd["only [0.00,0.25)"]["grad_norm"][0]["mean"] == 0.0 and empty["positive"]["mean"] == 0.0
+    assert sgd["grpo"]["delta_pi"]["[0.00,0.25)"]["correct_ratio"]["both"] is None
     assert result["bound"]["logits"]["inside_fraction"] == 1.0
     assert result["bound"]["hidden"]["correlation_with_1_minus_pi"] is None  # every token has π = 0.25
     json.dumps(result, allow_nan=False)
 
 
+def adamw_coordinate(grads: list[float], lr: float, decay: float, state=(0.0, 0.0, 0), x: float = 0.0):
+    """Return (x, (m, v, t)) after AdamW steps on one coordinate: Loshchilov & Hutter's rule, as PyTorch writes it."""
+    m, v, t = state
+    for g in grads:
+        t += 1
+        x *= 1 - lr * decay
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        x -= lr * (m / (1 - 0.9**t)) / (math.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    return x, (m, v, t)
+
+
+def softmax_share(z: list[float], k: int) -> float:
+    return math.exp(z[k]) / sum(math.exp(v) for v in z)
+
+
+ADAMW = dict(adam_lr=0.1, weight_decay=0.01, max_grad_norm=1.0)  # the gradient norm (≈ 0.5) is never clipped
+
+
+def test_fresh_adamw_moves_each_weight_by_lr_and_lopti_keeps_moving_on_momentum():
+    # The single-token case under AdamW: the loss gradient is g = (0, −a, a, 0), a = A/2. The first step moves
+    # z_1 and z_2 by ±lr·a/(a + eps) whatever a is. Lopti's phase 1 takes all tokens (π_old = 0.25 < η) and its
+    # phase 2 none (g = 0), yet AdamW's second step moves them on again by momentum (under SGD it would not).
+    a = 0.5 / (math.sqrt(0.5) + 1e-6) / 2
+    rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=1.0)
+    config = ProbeConfig(optimizers=("sgd", "adamw"), methods=("grpo", "lopti"), **ADAMW)
+    result = run_probe(LogitsOnly(4), rollouts, pad_id=3, config=config)
+    for method, grads in (("grpo", [-a]), ("lopti", [-a, 0.0])):
+        z1, _ = adamw_coordinate(grads, 0.1, 0.01)
+        expected = softmax_share([0.0, z1, -z1, 0.0], 1) - 0.25
+        moved = result["updates"]["adamw"][method]["delta_pi"]["[0.25,0.50)"]
+        assert moved["positive"]["mean"] == pytest.approx(expected, rel=1e-9)
+        assert moved["negative"]["mean"] == pytest.approx(softmax_share([0.0, z1, -z1, 0.0], 2) - 0.25, rel=1e-9)
+    assert adamw_coordinate([-a, 0.0], 0.1, 0.01)[0] > 1.6 * adamw_coordinate([-a], 0.1, 0.01)[0]
+    sgd = result["updates"]["sgd"]
+    assert sgd["lopti"]["delta_pi"] == sgd["grpo"]["delta_pi"]  # SGD: the empty phase 2 adds nothing
+
+
+def test_warm_adamw_carries_the_other_batches_moments():
+    # Warm-up batch: token 3 earns 1, token 2 earns 0: g_w = (0, 0, a, −a). Then the weights go back to zero and
+    # the probe's batch (g = (0, −a, a, 0)) is stepped with the warmed moments: z_3 keeps rising on momentum,
+    # and z_1's step is smaller than lr (its second moment is averaged over two steps, one of them zero).
+    a = 0.5 / (math.sqrt(0.5) + 1e-6) / 2
+    warmup = [Rollouts([[0], [0]], [[3], [2]], [1.0, 0.0], group_size=2, temperature=1.0)]
+    rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=1.0)
+    config = ProbeConfig(optimizers=("adamw_warm",), methods=("grpo", "lopti"), warmup_updates=1, **ADAMW)
+    result = run_probe(LogitsOnly(4), [rollouts], pad_id=3, config=config, warmup=warmup)
+    for method, warm_grads, grads in (
+        ("grpo", [(0, 0, a, -a)], [(0, -a, a, 0)]),
+        ("lopti", [(0, 0, a, -a), (0,) * 4], [(0, -a, a, 0), (0,) * 4]),
+    ):
+        z = []
+        for coordinate in range(4):
+            _, state = adamw_coordinate([g[coordinate] for g in warm_grads], 0.1, 0.01)
+            z.append(adamw_coordinate([g[coordinate] for g in grads], 0.1, 0.01, state)[0])
+        if method == "grpo":  # momentum from the other batch; a damped step in a new direction
+            assert z[3] > 0 and 0 < z[1] < 0.1
+        moved = result["updates"]["adamw_warm"][method]["delta_pi"]["[0.25,0.50)"]
+        assert moved["positive"]["mean"] == pytest.approx(softmax_share(z, 1) - 0.25, rel=1e-9)
+        assert moved["negative"]["mean"] == pytest.approx(softmax_share(z, 2) - 0.25, rel=1e-9)
+    with pytest.raises(ValueError, match="adamw_warm needs warm-up batches"):
+        run_probe(LogitsOnly(4), rollouts, pad_id=3, config=config)
+
+
+def test_correct_ratios_of_identical_batches_have_a_zero_width_interval():
+    rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=1.0)
+    result = run_probe(LogitsOnly(4), [rollouts] * 3, pad_id=3, config=ProbeConfig(lr=0.1, methods=("grpo", "ar")))
+    cell = result["updates"]["sgd"]["grpo"]["correct_ratio"]["all"]["negative"]
+    assert cell == {"mean": 1.0, "low": 1.0, "high": 1.0, "batches": 3, "per_batch": [1.0, 1.0, 1.0]}
+    assert result["updates"]["sgd"]["ar"]["minus_grpo"]["all"]["positive"] == {
+        "mean": 0.0,
+        "low": 0.0,
+        "high": 0.0,
+        "batches": 3,
+    }
+    assert result["batches"] == 3 and result["responses"] == 6 and result["tokens"] == 6
+
+
 def test_uniform_rewards_are_reported_not_crashed():
     rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 1.0], group_size=2, temperature=1.0)
     result = run_probe(LogitsOnly(4), rollouts, pad_id=3)
-    assert result["grad_norm"] is None and result["delta_pi"] is None
+    assert result["updates"] is None
     assert any("all advantages are zero" in w for w in result["warnings"])
     json.dumps(result, allow_nan=False)
 
@@ -79,7 +174,11 @@ def rollouts_file(tiny_model_dir, tmp_path):
 
 def test_tiny_model_end_to_end_from_saved_rollouts(rollouts_file, tmp_path):
     config, path = rollouts_file
-    config.rollouts = str(path)
+    # the file's 3 groups as 2 analysed batches of one prompt and one warm-up batch; comma lists as the CLI gives
+    config = replace(
+        config, rollouts=str(path), prompts=1, batches=2, optimizers="sgd,adamw,adamw_warm", warmup_updates=1,
+        methods="grpo,lopti",
+    )  # fmt: skip
     result = analyze(config, tmp_path / "second")
     assert math.isclose(sum(result["token_share"].values()), 1.0, rel_tol=1e-12)
     exact, proxy = result["grad_share_exact"], result["grad_share_1_minus_pi"]
@@ -87,14 +186,33 @@ def test_tiny_model_end_to_end_from_saved_rollouts(rollouts_file, tmp_path):
     for label in result["buckets"]:  # per token, exact / proxy lies in [√(N/(N−1)), √2] (Prop. 4.2)
         if proxy[label] > 0:
             assert 1 / math.sqrt(2) - 1e-9 <= exact[label] / proxy[label] <= math.sqrt(2) + 1e-9
+    for side in ("positive", "negative"):
+        assert math.isclose(sum(result[f"grad_share_exact_{side}"].values()), 1.0, rel_tol=1e-12)
     assert result["bound"]["logits"]["inside_fraction"] == 1.0
     assert result["bound"]["hidden"]["upper_holds_fraction"] == 1.0
-    assert result["groups_with_reward_spread"] == 3 and result["grad_norm"]["grpo"] > 0
+    assert result["batches"] == 2 and result["groups_with_reward_spread"] == 2
+    assert list(result["updates"]) == ["sgd", "adamw", "adamw_warm"]
+    assert set(result["updates"]["sgd"]) == {f"only {k}" for k in result["buckets"]} | {"grpo", "lopti"}
+    assert set(result["updates"]["adamw_warm"]) == {"grpo", "lopti"}  # bucket-only updates: first regime only
+    for regime in result["updates"].values():
+        cell = regime["lopti"]["correct_ratio"]["all"]["positive"]
+        assert cell["batches"] == 2 and cell["low"] <= cell["mean"] <= cell["high"]
+        assert regime["lopti"]["minus_grpo"]["all"]["positive"]["batches"] == 2
+        assert len(regime["lopti"]["grad_norm"]) == 2 and regime["grpo"]["grad_norm"][0]["mean"] > 0
+    # each regime steps its own way: the same batch, three different moves
+    moved = {r: result["updates"][r]["grpo"]["delta_pi"]["all"]["positive"]["mean_abs"] for r in result["updates"]}
+    assert len(set(moved.values())) == 3 and min(moved.values()) > 0
+    summary = (tmp_path / "second" / "summary.md").read_text()
+    assert "| adamw_warm | lopti − grpo | >0 |" in summary and "[" in summary
     assert set(result["figures"]) == {"delta_pi", "correct_ratio", "gradient_bounds"}
     for name in result["figures"].values():
         assert (tmp_path / "second" / name).stat().st_size > 1000
     again = analyze(config, tmp_path / "third")
-    assert again["grad_norm"] == result["grad_norm"] and again["delta_pi"] == result["delta_pi"]
+    assert again["updates"] == result["updates"]
+    with pytest.raises(
+        ValueError, match=r"holds 3 groups, but 4 batches \(warm-up ones included\) of 1 prompts need 4"
+    ):
+        analyze(replace(config, batches=3), tmp_path / "fourth")
 
 
 def test_rollouts_of_another_tokenizer_are_refused(rollouts_file, tmp_path):
@@ -111,10 +229,25 @@ def test_rollouts_of_another_tokenizer_are_refused(rollouts_file, tmp_path):
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="bucket edges must rise strictly"):
         ProbeConfig(edges=(0, 0.7, 0.3, 1)).check()
-    with pytest.raises(ValueError, match="optimizer must be one of sgd, adamw"):
-        ProbeConfig(optimizer="adam").check()
-    with pytest.raises(ValueError, match="unknown method"):
+    with pytest.raises(ValueError, match="optimizers: unknown adam; choose from sgd, adamw, adamw_warm"):
+        ProbeConfig(optimizers="sgd,adam").check()
+    with pytest.raises(ValueError, match="methods: unknown ppo; choose from grpo"):
         ProbeConfig(methods=("grpo", "ppo")).check()
+    with pytest.raises(ValueError, match="adamw_warm needs warmup_updates ≥ 1, got 0"):
+        ProbeConfig(optimizers=("adamw_warm",), warmup_updates=0).check()
+
+
+def test_adamw_settings_come_from_the_recipe():
+    # the defaults are the embedded recipe's, so that they cannot drift apart
+    defaults = ProbeConfig()
+    assert recipe_optimizer_settings("kk-tiny-cpu") == {key: getattr(defaults, key) for key in RECIPE_OPTIMIZER_KEYS}
+    config = with_recipe(AnalyzeConfig(recipe="kk-smollm2-cpu"))
+    assert config.adam_lr == 1e-6 and config.weight_decay == 0.01 and config.adam_beta2 == 0.999
+    assert with_recipe(AnalyzeConfig(recipe="kk-smollm2-cpu", adam_lr=1e-6)).adam_lr == 1e-6  # agreeing is fine
+    with pytest.raises(ValueError, match=r"adam_lr=0.0003 contradicts recipe kk-smollm2-cpu \(learning_rate: 1e-06\)"):
+        with_recipe(AnalyzeConfig(recipe="kk-smollm2-cpu", adam_lr=3e-4))
+    with pytest.raises(FileNotFoundError, match=r"no-such-recipe\.yaml does not exist"):
+        with_recipe(AnalyzeConfig(recipe="no-such-recipe"))
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -122,3 +255,10 @@ def test_save_and_load_round_trip(tmp_path):
     rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=0.7)
     save_rollouts(rollouts, tokenizer, tmp_path / "r.jsonl")
     assert load_rollouts(tmp_path / "r.jsonl", tokenizer) == rollouts
+
+
+def test_batches_get_distinct_prompts_in_the_same_mix():
+    # the task lists prompts size by size; dealt out in turn, each batch holds both sizes equally
+    rows = training_rows(AnalyzeConfig(people="3,4", template="terse", prompts=4), batches=3)
+    assert [row["people"] for row in rows] == [3, 3, 4, 4] * 3
+    assert len({str(row["prompt"]) for row in rows}) == 12
