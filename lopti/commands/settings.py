@@ -105,16 +105,18 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
 def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
     """Return what a recipe or a run's config.yaml says about the fields of the dataclass `schema`.
 
-    That is each field that RunConfig has too (the task data, the model), or that names its RunConfig
-    counterpart in its metadata "run_key"; the file's other keys are `lopti train`'s business and are
-    ignored, but a key no command knows is refused with the closest names.
+    That is each field that RunConfig has too (the task data, the model), or that names its RunConfig or
+    LoptiGRPOConfig counterpart in its metadata "run_key" (analyze's AdamW settings: the recipe's learning
+    rate, betas, ...); the file's other keys are `lopti train`'s business and are ignored, but a key no
+    command knows is refused with the closest names.
     """
     recipe = load_yaml(path)
     check_keys(recipe, train_keys(), str(path))
     taken = {}
     for item in settings_fields(schema):
         key = item.metadata.get("run_key", item.name)
-        if key in field_names(RunConfig) and key in recipe:
+        mirrored = train_keys() if "run_key" in item.metadata else field_names(RunConfig)
+        if key in mirrored and key in recipe:
             taken[item.name] = recipe[key]
     return check_values(taken, schema, str(path))
 

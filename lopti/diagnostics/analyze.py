@@ -7,7 +7,6 @@ gradient_bounds.png.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,81 +17,44 @@ import torch
 from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_gradient_bounds
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts, split_groups
-from lopti.train.config import LoptiGRPOConfig
-from lopti.train.models import load_model, load_tokenizer, resolve_model
-from lopti.train.settings import RunConfig, load_yaml
-from lopti.train.tasks import get_task
-
-RECIPES = Path(__file__).parents[1] / "configs"
-# ProbeConfig's AdamW settings and the recipe (LoptiGRPOConfig) keys they come from
-RECIPE_OPTIMIZER_KEYS = {
-    "adam_lr": "learning_rate",
-    "adam_beta1": "adam_beta1",
-    "adam_beta2": "adam_beta2",
-    "adam_epsilon": "adam_epsilon",
-    "weight_decay": "weight_decay",
-    "max_grad_norm": "max_grad_norm",
-}
+from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.tasks.registry import TaskData, get_task, task_data_field
 
 
 @dataclass
 class AnalyzeConfig(ProbeConfig):
     """The batches to analyse (model, task prompts, rollout settings) and the probe's update settings."""
 
-    model: str = "tiny"
-    task: str = "kk"
-    people: str = "2-3"
-    levels: str = "1-3"
-    template: str | None = None
-    fixed_names: bool = False
-    reward: str | None = None  # None: the task's accuracy reward
-    prompts: int = 16
-    group_size: int = 8
-    temperature: float = 1.0
-    max_new_tokens: int = 128
-    data_seed: int = 0
-    seed: int = 0
-    rollouts: str | None = None
+    model: str = field(
+        default="tiny", metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder or hub id."}
+    )
+    task: str = task_data_field("task")
+    people: str = task_data_field("people", default="2-3")
+    levels: str = task_data_field("levels")
+    template: str | None = task_data_field("template")
+    fixed_names: bool = task_data_field("fixed_names")
+    reward: str | None = field(default=None, metadata={"help": "Reward of the rollouts; null: the task's accuracy."})
+    prompts: int = field(default=16, metadata={"help": "Training prompts in each analysed batch."})
+    group_size: int = field(default=8, metadata={"help": "Responses sampled per prompt."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Token budget of each response."})
+    data_seed: int = task_data_field("data_seed")
+    seed: int = field(default=0, metadata={"help": "Seed of the sampling and of the update."})
+    rollouts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Analyse these saved rollouts (a rollouts.jsonl: the analysed batches, then the warm-up ones) "
+            "instead of sampling."
+        },
+    )
     batches: int = field(
         default=1,
         metadata={
             "help": "Independent batches of `prompts` prompts each (different prompts): the correct ratios get a "
-            "95% interval over them. The issue's evidence uses ≥ 8 for the tiny model, ≥ 4 for SmolLM2-135M."
+            "95% interval over them (docs/analysis.md uses 8 for the tiny model, 4 for SmolLM2-135M).",
+            "min": 1,
         },
     )
-    recipe: str | None = field(
-        default=None,
-        metadata={
-            "help": "A lopti train recipe (YAML path, or the name of one in lopti/configs) whose learning_rate, "
-            "adam_beta1, adam_beta2, adam_epsilon, weight_decay and max_grad_norm set the AdamW regimes' adam_lr, "
-            "adam_beta1, adam_beta2, adam_epsilon, weight_decay and max_grad_norm (keys it lacks: the trainer's "
-            "defaults). Without it those settings keep their defaults, which are kk-tiny-cpu's."
-        },
-    )
-
-
-def recipe_optimizer_settings(recipe: str) -> dict[str, Any]:
-    """Return ProbeConfig's AdamW settings as the recipe trains: its values, else LoptiGRPOConfig's defaults."""
-    path = Path(recipe) if Path(recipe).suffix in (".yaml", ".yml") else RECIPES / f"{recipe}.yaml"
-    settings = load_yaml(path)
-    defaults = {f.name: f.default for f in fields(LoptiGRPOConfig)}
-    return {ours: float(settings.get(theirs, defaults[theirs])) for ours, theirs in RECIPE_OPTIMIZER_KEYS.items()}
-
-
-def with_recipe(config: AnalyzeConfig) -> AnalyzeConfig:
-    """Return `config` with the recipe's AdamW settings; a setting also given otherwise must agree with it."""
-    if config.recipe is None:
-        return config
-    default = ProbeConfig()
-    settings = recipe_optimizer_settings(config.recipe)
-    for key, value in settings.items():
-        given = getattr(config, key)
-        if given != getattr(default, key) and given != value:
-            raise ValueError(
-                f"{key}={given} contradicts recipe {config.recipe} ({RECIPE_OPTIMIZER_KEYS[key]}: {value}); "
-                "give one of them"
-            )
-    return dataclasses.replace(config, **settings)
 
 
 def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
@@ -103,7 +65,7 @@ def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
     """
     task = get_task(config.task)
     count = config.prompts * batches
-    run = RunConfig(
+    data = TaskData(
         task=config.task,
         people=config.people,
         levels=config.levels,
@@ -113,7 +75,7 @@ def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
         train_puzzles=count,  # per size or level; spread over them below
         eval_puzzles=1,
     )
-    rows = task.rows(run)[0]
+    rows = task.rows(data)[0]
     rows = rows[:: max(1, len(rows) // count)][:count]  # the task gives `count` per size or level
     return [row for k in range(batches) for row in rows[k::batches]]
 
@@ -212,7 +174,6 @@ def summary_markdown(result: dict[str, Any]) -> str:
 
 def analyze(config: AnalyzeConfig, out: str | Path) -> dict[str, Any]:
     """Run the probe for `config` and fill the folder `out`; return the result."""
-    config = with_recipe(config)
     config.check()
     if config.batches < 1:
         raise ValueError(f"batches must be at least 1, got {config.batches}")

@@ -46,28 +46,56 @@ def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 @dataclass
 class ProbeConfig:
     """How the probe updates. The paper's analysis: SGD, lr 1e-3, probability quartiles. The AdamW settings
-    default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml) and the trainer's defaults."""
+    default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml); `lopti analyze --config` takes
+    them from another recipe or run config ("run_key": the LoptiGRPOConfig key each one mirrors)."""
 
-    edges: tuple[float, ...] = QUARTILES
-    optimizers: tuple[str, ...] = ("sgd",)
-    lr: float = 1e-3  # SGD's
-    adam_lr: float = 1e-4
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    weight_decay: float = 0.01  # on the weights the 🤗 Trainer decays (not biases or norms), as in training
-    max_grad_norm: float = 1.0  # the AdamW regimes clip the gradient as the trainer does; 0 turns it off
-    warmup_updates: int = 3  # adamw_warm: earlier RL updates, one per other batch
-    alpha: float = 0.3
-    eta: float = 0.5
-    eps_low: float = 0.2
-    eps_high: float = 0.24
-    dual_clip: float = 10.0
-    micro_batch: int = 4
-    methods: tuple[str, ...] = field(default=tuple(METHODS))
+    edges: tuple[float, ...] = field(
+        default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
+    )
+    optimizers: tuple[str, ...] = field(
+        default=("sgd",),
+        metadata={
+            "help": "Optimizer regimes of the one update: sgd (the paper's analysis), adamw (the trainer's AdamW, "
+            "fresh state), adamw_warm (the same after warmup_updates RL updates on other batches)."
+        },
+    )
+    lr: float = field(default=1e-3, metadata={"help": "Learning rate of the sgd regime (the paper's: 1e-3)."})
+    adam_lr: float = field(
+        default=1e-4, metadata={"help": "Learning rate of the AdamW regimes.", "run_key": "learning_rate"}
+    )
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's β1.", "run_key": "adam_beta1"})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW's β2.", "run_key": "adam_beta2"})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's ε.", "run_key": "adam_epsilon"})
+    weight_decay: float = field(
+        default=0.01,
+        metadata={
+            "help": "AdamW's weight decay, on the weights the 🤗 Trainer decays (not biases or norms).",
+            "run_key": "weight_decay",
+        },
+    )
+    max_grad_norm: float = field(
+        default=1.0,
+        metadata={
+            "help": "The AdamW regimes clip the gradient norm to this, as the trainer does; 0 turns it off.",
+            "run_key": "max_grad_norm",
+        },
+    )
+    warmup_updates: int = field(
+        default=3,
+        metadata={"help": "adamw_warm: RL updates of the same method, one per other batch, before the probed one."},
+    )
+    alpha: float = field(default=0.3, metadata={"help": "AR's α for the ar and ar+lopti methods."})
+    eta: float = field(default=0.5, metadata={"help": "Lopti's probability threshold η."})
+    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range ε of the surrogate."})
+    eps_high: float = field(default=0.24, metadata={"help": "Upper clip range ε_high of the surrogate."})
+    dual_clip: float = field(default=10.0, metadata={"help": "Dual-clip constant c for negative advantages."})
+    micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
+    methods: tuple[str, ...] = field(
+        default=tuple(METHODS), metadata={"help": f"Methods whose update is compared: any of {', '.join(METHODS)}."}
+    )
     # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
     # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
-    dtype: str = "float64"
+    dtype: str = field(default="float64", metadata={"help": "Weights' dtype: float64 (exact) or float32 (faster)."})
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""

@@ -9,14 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lopti.diagnostics.analyze import (
-    RECIPE_OPTIMIZER_KEYS,
-    AnalyzeConfig,
-    analyze,
-    recipe_optimizer_settings,
-    training_rows,
-    with_recipe,
-)
+from lopti.diagnostics.analyze import AnalyzeConfig, analyze, training_rows
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import Rollouts, load_rollouts, save_rollouts
 
@@ -238,16 +231,21 @@ def test_bad_settings_are_named():
 
 
 def test_adamw_settings_come_from_the_recipe():
-    # the defaults are the embedded recipe's, so that they cannot drift apart
-    defaults = ProbeConfig()
-    assert recipe_optimizer_settings("kk-tiny-cpu") == {key: getattr(defaults, key) for key in RECIPE_OPTIMIZER_KEYS}
-    config = with_recipe(AnalyzeConfig(recipe="kk-smollm2-cpu"))
-    assert config.adam_lr == 1e-6 and config.weight_decay == 0.01 and config.adam_beta2 == 0.999
-    assert with_recipe(AnalyzeConfig(recipe="kk-smollm2-cpu", adam_lr=1e-6)).adam_lr == 1e-6  # agreeing is fine
-    with pytest.raises(ValueError, match=r"adam_lr=0.0003 contradicts recipe kk-smollm2-cpu \(learning_rate: 1e-06\)"):
-        with_recipe(AnalyzeConfig(recipe="kk-smollm2-cpu", adam_lr=3e-4))
-    with pytest.raises(FileNotFoundError, match=r"no-such-recipe\.yaml does not exist"):
-        with_recipe(AnalyzeConfig(recipe="no-such-recipe"))
+    # `lopti analyze --config RECIPE` takes the AdamW regimes' settings from the recipe (their "run_key"s);
+    # the defaults are the embedded recipe's, so that the two cannot drift apart
+    from lopti.cli import RECIPES
+    from lopti.commands.command_line import make_settings
+    from lopti.commands.settings import from_run_config
+
+    adamw = ("adam_lr", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm")
+    tiny = make_settings(AnalyzeConfig, {}, from_run_config(RECIPES / "kk-tiny-cpu.yaml", AnalyzeConfig))
+    assert {key: getattr(tiny, key) for key in adamw} == {key: getattr(ProbeConfig(), key) for key in adamw}
+    smollm2 = make_settings(
+        AnalyzeConfig, {"max_grad_norm": 0.5}, from_run_config(RECIPES / "kk-smollm2-cpu.yaml", AnalyzeConfig)
+    )
+    assert smollm2.model == "smollm2-135m" and smollm2.adam_lr == 1e-6 and smollm2.weight_decay == 0.01
+    assert smollm2.max_grad_norm == 0.5  # the command line over the recipe
+    assert smollm2.temperature == AnalyzeConfig().temperature  # no run_key: the trainer's keys stay its own
 
 
 def test_save_and_load_round_trip(tmp_path):
