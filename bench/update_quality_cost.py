@@ -21,17 +21,20 @@ import time
 
 import step_time  # bench/step_time.py: this script runs from bench/ (python bench/update_quality_cost.py)
 
+from lopti.models.loading import resolve_model
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.models import resolve_model
 from lopti.train.trainer import LoptiGRPOTrainer
 from lopti.train.update_quality import UpdateQuality
 
 LOPTI = {"ar_alpha": 0.3, "lopti": True, "num_iterations": 2}
 VARIANTS = {
-    "grpo": {},
-    "grpo+quality": {"update_quality_every": 1},
-    "ar+lopti": LOPTI,
-    "ar+lopti+quality": {**LOPTI, "update_quality_every": 1},
+    name: (LoptiGRPOTrainer, LoptiGRPOConfig, extra)
+    for name, extra in {
+        "grpo": {},
+        "grpo+quality": {"update_quality_every": 1},
+        "ar+lopti": LOPTI,
+        "ar+lopti+quality": {**LOPTI, "update_quality_every": 1},
+    }.items()
 }
 
 
@@ -58,8 +61,6 @@ def main() -> None:
     args = parser.parse_args()
     shape = "tiny" if args.model.startswith("tiny") else args.model  # step_time's batch shape for the model
     path = resolve_model(args.model)
-    for name, extra in VARIANTS.items():
-        step_time.VARIANTS[name] = (LoptiGRPOTrainer, LoptiGRPOConfig, extra)
     spent = clock_measurements()
     order = list(VARIANTS)
     per_round = []
@@ -67,7 +68,7 @@ def main() -> None:
         results = {}
         for name in order[r % len(order) :] + order[: r % len(order)]:
             before = len(spent)
-            results[name] = step_time.one_run(shape, path, name, args.rl_steps, seed=r)
+            results[name] = step_time.one_run(shape, path, name, args.rl_steps, seed=r, variants=VARIANTS)
             results[name]["measuring"] = sum(spent[before:]) / args.rl_steps  # seconds per RL step
             print(f"round {r} {name}: {results[name]}", flush=True)
         per_round.append(results)
