@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import torch
-from lopti.train.models import resolve_model
 from step_time import SHAPES, one_run, spread  # bench/ is the script's folder, so it is on sys.path
 
 from lopti.core import PRESETS, aggregate_loss, make_credit_steps, token_objective
+from lopti.models.loading import resolve_model
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer
 

@@ -29,6 +29,7 @@ from transformers import Trainer
 from lopti.core.advantages import token_advantages
 from lopti.core.bound import logit_grad_norm
 from lopti.core.buckets import QUARTILES, bucket_labels, check_edges, probability_buckets
+from lopti.core.constants import AR_ALPHA_KK, DUAL_CLIP, EPS_HIGH, EPS_LOW, LOPTI_ETA
 from lopti.core.objective import token_objective
 from lopti.diagnostics.pooling import BatchMeasure, pool
 from lopti.diagnostics.rollouts import Rollouts
@@ -84,11 +85,11 @@ class ProbeConfig:
         default=3,
         metadata={"help": "adamw_warm: RL updates of the same method, one per other batch, before the probed one."},
     )
-    alpha: float = field(default=0.3, metadata={"help": "AR's α for the ar and ar+lopti methods."})
-    eta: float = field(default=0.5, metadata={"help": "Lopti's probability threshold η."})
-    eps_low: float = field(default=0.2, metadata={"help": "Lower clip range ε of the surrogate."})
-    eps_high: float = field(default=0.24, metadata={"help": "Upper clip range ε_high of the surrogate."})
-    dual_clip: float = field(default=10.0, metadata={"help": "Dual-clip constant c for negative advantages."})
+    alpha: float = field(default=AR_ALPHA_KK, metadata={"help": "AR's α for the ar and ar+lopti methods."})
+    eta: float = field(default=LOPTI_ETA, metadata={"help": "Lopti's probability threshold η."})
+    eps_low: float = field(default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate."})
+    eps_high: float = field(default=EPS_HIGH, metadata={"help": "Upper clip range ε_high of the surrogate."})
+    dual_clip: float = field(default=DUAL_CLIP, metadata={"help": "Dual-clip constant c for negative advantages."})
     micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
     methods: tuple[str, ...] = field(
         default=tuple(METHODS), metadata={"help": f"Methods whose update is compared: any of {', '.join(METHODS)}."}
