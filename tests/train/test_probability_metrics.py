@@ -3,12 +3,12 @@ split by advantage sign, each checked against autograd on the model's full logit
 
 import pytest
 import torch
+from test_trainer import make, one_batch
 
 from lopti.core.bound import logit_grad_norm_from_sum_sq
 from lopti.core.buckets import bucket_labels, probability_buckets
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer
-from tests.train.test_trainer import make, one_batch
 
 
 def autograd_logit_grad_norms(model, batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from test_trainer import COMMON, id_reward, logged
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from lopti.core.buckets import probability_buckets, update_sums
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer
 from lopti.train.update_quality import quality_metrics
-from tests.train.test_trainer import COMMON, id_reward, logged
 
 
 def test_sums_and_metrics_by_hand():
