@@ -24,7 +24,7 @@ def test_shortened_default_from_an_empty_cache(tmp_path, monkeypatch):
     cache = {p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")}
     tiny = f"tiny-{embedded.warm_start_key()}-v{embedded.BUILD_VERSION}"
     assert cache == {f"tiny-base-v{embedded.BUILD_VERSION}", tiny}
-    assert embedded.is_complete(tmp_path / "cache" / tiny)
+    assert embedded.damage(tmp_path / "cache" / tiny) is None
     report = (out / "report.md").read_text()
     assert "| 3 | 20 |" in report and "| 4 | 20 |" in report and "| all | 40 |" in report and "Wall time" in report
     assert (out / "curves.png").is_file() and (out / "final" / "model.safetensors").is_file()
