@@ -1,4 +1,4 @@
-"""`lopti compare`: the ablation study (PAPER.md §8) — every variant × seed, evaluated on one held-out set.
+"""`lopti compare`: the ablation study (docs/paper.md §8) — every variant × seed, evaluated on one held-out set.
 
 Variants change only the method: `grpo` (ar_alpha 0, no Lopti), `ar`, `lopti`, `ar+lopti`. All see the
 same number of generated batches (RL steps), as in the paper: Lopti makes two update passes per batch, so

@@ -1,4 +1,4 @@
-"""The paper's math as small pure torch functions; see ../shared/PAPER.md for each section cited."""
+"""The paper's math as small pure torch functions; see docs/paper.md for each section cited."""
 
 from lopti.core.advantages import (
     ESTIMATORS,

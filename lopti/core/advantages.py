@@ -1,4 +1,4 @@
-"""Advantage estimators for outcome rewards (PAPER.md §2).
+"""Advantage estimators for outcome rewards (docs/paper.md §2).
 
 Responses are laid out as TRL and verl do: the G responses to one prompt are contiguous, so a batch of
 B responses holds B / G groups. Outcome estimators return one advantage per response, shape (B,);
@@ -39,7 +39,7 @@ def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = EPS) -> torch.Tensor:
-    """Return Â_i = (r_i − mean(r)) / (std(r) + eps) per group, std unbiased (PAPER.md §2).
+    """Return Â_i = (r_i − mean(r)) / (std(r) + eps) per group, std unbiased (docs/paper.md §2).
 
     A singleton group has no spread to measure: it uses mean 0 and std 1, so its advantage is
     r / (1 + eps), as in the authors' code.
@@ -79,7 +79,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
 
 
 def reinforce_pp_advantages(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Return REINFORCE++ token advantages, shape (B, T) (PAPER.md §2).
+    """Return REINFORCE++ token advantages, shape (B, T) (docs/paper.md §2).
 
     With γ = 1 and an outcome reward, every token's return is its response's reward; the returns are
     whitened over all valid tokens of the batch, so longer responses weigh more in the statistics.

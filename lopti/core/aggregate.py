@@ -1,4 +1,4 @@
-"""Reduce a (B, T) per-token loss to a scalar (PAPER.md §2 uses token-mean)."""
+"""Reduce a (B, T) per-token loss to a scalar (docs/paper.md §2 uses token-mean)."""
 
 from __future__ import annotations
 

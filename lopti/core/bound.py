@@ -1,4 +1,4 @@
-"""Proposition 4.2 at the logits: a token's gradient norm is set by (1 − π) (PAPER.md §3)."""
+"""Proposition 4.2 at the logits: a token's gradient norm is set by (1 − π) (docs/paper.md §3)."""
 
 from __future__ import annotations
 

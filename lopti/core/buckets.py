@@ -1,4 +1,4 @@
-"""Tokens bucketed by their rollout probability π_old, the lens of the paper's analysis (PAPER.md §9).
+"""Tokens bucketed by their rollout probability π_old, the lens of the paper's analysis (docs/paper.md §9).
 
 The paper splits response tokens into probability quartiles [0, .25), [.25, .5), [.5, .75), [.75, 1] and
 shows that the lowest bucket carries most of the gradient. Edges are any increasing values from 0 to 1;

@@ -1,6 +1,6 @@
 """Per-token credit: one hook that decides how much of its advantage each response token gets.
 
-AR (PAPER.md §4), Lopti (§5) and their neighbours (`lopti.core.credit_presets`) all act on the same
+AR (docs/paper.md §4), Lopti (§5) and their neighbours (`lopti.core.credit_presets`) all act on the same
 per-token quantities — π_old, the current π, the entropy, the advantage's sign — and all end as one of
 four edits of the objective. A credit step is any callable `step(context) -> TokenCredit`:
 
@@ -69,7 +69,7 @@ CreditStep = Callable[[CreditContext], TokenCredit]
 
 
 def ar_credit(alpha: float) -> CreditStep:
-    """Return AR as a credit step: weights α·π_old + (1 − α) (PAPER.md §4); α = 0 gives all-ones."""
+    """Return AR as a credit step: weights α·π_old + (1 − α) (docs/paper.md §4); α = 0 gives all-ones."""
 
     def ar(context: CreditContext) -> TokenCredit:
         return TokenCredit(weights=ar_weights(context.old_logprobs, alpha))
@@ -79,7 +79,7 @@ def ar_credit(alpha: float) -> CreditStep:
 
 def lopti_credit(eta: float = LOPTI_ETA, order: Order = "low_first") -> CreditStep:
     """Return Lopti as a credit step: the phase's tokens (split by π_old < η) keep the policy gradient,
-    and pay their KL and entropy terms, in that phase only (PAPER.md §5)."""
+    and pay their KL and entropy terms, in that phase only (docs/paper.md §5)."""
 
     def lopti(context: CreditContext) -> TokenCredit:
         if context.phase is None:

@@ -1,4 +1,4 @@
-"""Low-Probability Token Isolation, "Lopti" (PAPER.md §5).
+"""Low-Probability Token Isolation, "Lopti" (docs/paper.md §5).
 
 The response tokens of one RL-step batch are split once by π_old: low = π_old < η, high = the rest.
 Phase 1 runs the whole actor update on one group (low by default), phase 2 reruns it from the updated
@@ -37,7 +37,7 @@ def phase_masks(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (phase-1 mask, phase-2 mask): a partition of the valid response tokens.
 
-    `low_first` is the paper's method; `high_first` is its ablation (worse than GRPO, PAPER.md §5).
+    `low_first` is the paper's method; `high_first` is its ablation (worse than GRPO, docs/paper.md §5).
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")

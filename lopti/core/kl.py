@@ -1,4 +1,4 @@
-"""KL estimators between the policy and a reference policy, per token (PAPER.md §2)."""
+"""KL estimators between the policy and a reference policy, per token (docs/paper.md §2)."""
 
 from __future__ import annotations
 

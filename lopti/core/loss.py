@@ -1,4 +1,4 @@
-"""The clipped policy-gradient surrogate with asymmetric and dual clipping (PAPER.md §2)."""
+"""The clipped policy-gradient surrogate with asymmetric and dual clipping (docs/paper.md §2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The paper's per-token objective in one place: credit steps → clipped surrogate → KL, entropy.
 
-For a micro-batch of responses sampled from π_old, with per-token advantages Â (PAPER.md §2, §4, §5):
+For a micro-batch of responses sampled from π_old, with per-token advantages Â (docs/paper.md §2, §4, §5):
 
     w_t   = α·π_old(o_t) + (1 − α)                               AR weights, detached (§4)
     A_t   = w_t·Â_t·[t ∈ P]    P = the phase's tokens (Lopti, §5), every response token otherwise

@@ -1,4 +1,4 @@
-"""Advantage Reweighting (PAPER.md §4): damp the advantage of low-probability tokens."""
+"""Advantage Reweighting (docs/paper.md §4): damp the advantage of low-probability tokens."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from lopti.core._validate import check_finite, check_same_shape, check_unit_inte
 
 
 def ar_weights(old_logprobs: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Return α·π_old + (1 − α) per token, detached (PAPER.md §4).
+    """Return α·π_old + (1 − α) per token, detached (docs/paper.md §4).
 
     π_old is the rollout-time probability (from logits at the rollout temperature), so the weight is a
     constant of the RL step: it is never differentiated through. α = 0 gives all-ones (plain GRPO).

@@ -1,4 +1,4 @@
-"""The one-update probe of PAPER.md §9: how each probability bucket drives and receives one policy update.
+"""The one-update probe of docs/paper.md §9: how each probability bucket drives and receives one policy update.
 
 From one or more independent batches of rollouts it measures, with every other setting fixed:
 - token share per π_old bucket, overall and per advantage sign;

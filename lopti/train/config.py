@@ -1,4 +1,4 @@
-"""`LoptiGRPOConfig`: TRL's `GRPOConfig` plus the paper's switches (PAPER.md §4–§5)."""
+"""`LoptiGRPOConfig`: TRL's `GRPOConfig` plus the paper's switches (docs/paper.md §4–§5)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class LoptiGRPOConfig(GRPOConfig):
         default=False,
         metadata={
             "help": "Multiply the KL term by π/π_old (TRL's DeepSeek-V3.2 correction, which changes the KL gradient "
-            "even on-policy). Off by default, unlike GRPOConfig: the paper's KL (PAPER.md §2) and the authors' "
+            "even on-policy). Off by default, unlike GRPOConfig: the paper's KL (docs/paper.md §2) and the authors' "
             "are the plain estimate."
         },
     )
@@ -75,7 +75,7 @@ class LoptiGRPOConfig(GRPOConfig):
         default_factory=lambda: list(QUARTILES),
         metadata={
             "help": "Edges of the π_old buckets of the per-step metrics probs/share_* and probs/grad_share_* "
-            "(PAPER.md §9 uses quartiles: 0, 0.25, 0.5, 0.75, 1)."
+            "(docs/paper.md §9 uses quartiles: 0, 0.25, 0.5, 0.75, 1)."
         },
     )
     token_credit: list[str] = field(

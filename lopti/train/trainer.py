@@ -1,4 +1,4 @@
-"""`LoptiGRPOTrainer`: TRL's GRPOTrainer with Advantage Reweighting and Lopti (PAPER.md §4–§5).
+"""`LoptiGRPOTrainer`: TRL's GRPOTrainer with Advantage Reweighting and Lopti (docs/paper.md §4–§5).
 
 TRL keeps everything it does well (generation, vLLM, rewards, distribution, logging); lopti changes
 three private methods, each marked below and guarded by tests/train/test_trl_contract.py:

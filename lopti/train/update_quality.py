@@ -3,7 +3,7 @@
 The probe (`lopti analyze`) asks this of one update from a fixed model; here it is asked of the run
 itself, every `update_quality_every`-th RL step (generated batch), after the step's last optimizer step:
 per π_old bucket, the share of tokens with Â > 0 whose log π rose and of tokens with Â < 0 whose log π
-fell (the paper's "correct ratio", PAPER.md §9), and their mean Δ log π. With Lopti the same is measured
+fell (the paper's "correct ratio", docs/paper.md §9), and their mean Δ log π. With Lopti the same is measured
 after phase 1 alone (quality/phase1/...), which shows what phase 2 starts from.
 
 π_old is what the loss used: TRL's `old_per_token_logps`, or, when TRL skips them (one optimizer step per

@@ -21,7 +21,7 @@ def test_setting_only_beta_gives_the_papers_kl():
     c = config(beta=0.04)
     assert (c.kl_estimator, c.use_bias_correction_kl) == ("k3", False)
     help_text = next(f.metadata["help"] for f in fields(LoptiGRPOConfig) if f.name == "use_bias_correction_kl")
-    assert "Off by default" in help_text and "PAPER.md §2" in help_text
+    assert "Off by default" in help_text and "docs/paper.md §2" in help_text
 
 
 def test_valid_lopti_setup():

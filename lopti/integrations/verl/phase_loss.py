@@ -1,6 +1,6 @@
 """The actor loss of a Lopti update: verl's `ppo_loss` with KL and entropy on the phase's tokens only.
 
-verl's `ppo_loss` adds the KL and entropy terms over every response token. Lopti (PAPER.md §5) masks
+verl's `ppo_loss` adds the KL and entropy terms over every response token. Lopti (docs/paper.md §5) masks
 them to the active token group of each phase, so that every token gets its KL penalty exactly once over
 the two passes. The Lopti trainer writes the phase's token mask to the batch as `lopti_phase_mask`;
 this loss reads it, lets verl compute the policy-gradient part (with whatever policy loss is

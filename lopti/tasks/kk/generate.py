@@ -1,4 +1,4 @@
-"""Random Knights-and-Knaves puzzles with exactly one solution (PAPER.md §6).
+"""Random Knights-and-Knaves puzzles with exactly one solution (docs/paper.md §6).
 
 Sampling follows Xie et al. 2024: every person makes one statement; at each level the six choices
 (atom, not, and, or, ->, <=>) are equally likely until the depth limit forces an atom; operands under one

@@ -1,6 +1,6 @@
 """Knights-and-Knaves statements: truth tables, the brute-force solver and a canonical form.
 
-A statement is a nested list with 0-based person indices (PAPER.md §6):
+A statement is a nested list with 0-based person indices (docs/paper.md §6):
 `["telling-truth", j]` (j is a knight), `["lying", j]` (j is a knave), `["not", s]`, `["and", s1, s2, ...]`,
 `["or", s1, s2, ...]`, `["->", s1, s2]`, `["<=>", s1, s2]`. Person i says `statements[i]`.
 

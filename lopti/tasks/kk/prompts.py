@@ -1,4 +1,4 @@
-"""Prompt templates for K&K (PAPER.md §6): how a quiz is put to a model.
+"""Prompt templates for K&K (docs/paper.md §6): how a quiz is put to a model.
 
 Each template returns chat messages. Raw-text templates (`chatml-think`, `plain-think`, `compact`,
 `terse`) render the whole prompt themselves and return it as a single user message, the Logic-RL/verl

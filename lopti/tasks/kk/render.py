@@ -1,4 +1,4 @@
-"""English text for Knights-and-Knaves puzzles, in lopti's own wording (PAPER.md §6)."""
+"""English text for Knights-and-Knaves puzzles, in lopti's own wording (docs/paper.md §6)."""
 
 from __future__ import annotations
 

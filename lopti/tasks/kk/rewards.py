@@ -1,4 +1,4 @@
-"""K&K rewards (PAPER.md §6). Each scorer maps one assistant text to a float and never raises.
+"""K&K rewards (docs/paper.md §6). Each scorer maps one assistant text to a float and never raises.
 
 The assistant text is the prefilled part of the assistant turn (the paper's "<think>") plus the
 completion. `logic_rl` reproduces the paper's reward exactly, except that only a role word spelt exactly

@@ -1,4 +1,4 @@
-"""Math rewards (PAPER.md §8): the last \\boxed{...} answer, graded by math-verify, 1.0 or 0.0.
+"""Math rewards (docs/paper.md §8): the last \\boxed{...} answer, graded by math-verify, 1.0 or 0.0.
 
 Grading follows the DeepScaleR/verl convention the paper trained with, made safe against answers that
 only look right (docs/math.md): the graded text is the response's `final_text` (after the last

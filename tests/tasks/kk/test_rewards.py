@@ -150,7 +150,7 @@ def test_completion_that_did_not_end_on_eos_fails():
 
 
 def logic_rl_reference(text: str, names: list[str], solution: list[bool]) -> float:
-    """Logic-RL's compute_score restated from its definition (PAPER.md §6), the yardstick for `logic_rl`."""
+    """Logic-RL's compute_score restated from its definition (docs/paper.md §6), the yardstick for `logic_rl`."""
     tags = ("<think>", "</think>", "<answer>", "</answer>")
     positions = [text.find(tag) for tag in tags]
     format_ok = all(text.count(tag) == 1 for tag in tags) and positions == sorted(positions)
