@@ -59,7 +59,7 @@ def plot_correct_ratio(result: dict[str, Any], out: Path) -> Path | None:
     figure, axes = plt.subplots(2, len(regimes), figsize=(6.5 * len(regimes), 7), squeeze=False, sharey=True)
     for column, regime in enumerate(regimes):
         entries = result["updates"][regime]
-        methods = [m for m in ("grpo", "ar", "lopti", "ar+lopti") if m in entries]
+        methods = [m for m in entries if not m.startswith("only ")]
         width = 0.8 / max(1, len(methods))
         for axis, (sign, rule) in zip(axes[:, column], (("positive", "π rose"), ("negative", "π fell")), strict=True):
             for m, method in enumerate(methods):
