@@ -2,8 +2,9 @@
 
 Shares and the Proposition 4.2 checks pool the tokens of every batch. Correct ratios are computed per
 batch, then averaged with a 95% t interval over the batches (lopti/diagnostics/intervals.py): tokens of one
-batch share a gradient step, so they are not independent draws, while batches are. AR's and Lopti's
-ratios also get the interval of their paired difference from GRPO's on the same batches.
+batch share a gradient step, so they are not independent draws, while batches are. Every other method's
+ratios also get the interval of their paired difference from GRPO's on the same batches, and each credit
+preset's shares (tokens kept, mean weight, tokens selected) their interval over the batches.
 """
 
 from __future__ import annotations

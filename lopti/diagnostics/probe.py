@@ -40,10 +40,8 @@ from lopti.core.credit_presets import make_credit_steps
 from lopti.core.methods import parse_method
 from lopti.core.objective import credit_shares, token_objective
 from lopti.diagnostics.pooling import BatchMeasure, pool
-from lopti.diagnostics.probe_config import OPTIMIZERS, ProbeConfig
+from lopti.diagnostics.probe_config import ProbeConfig  # its own module; callers may import it from here
 from lopti.diagnostics.rollouts import Rollouts
-
-__all__ = ["OPTIMIZERS", "ProbeConfig", "run_probe"]  # ProbeConfig lives in probe_config.py; imported from here too
 
 
 @dataclass
