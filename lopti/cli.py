@@ -75,21 +75,14 @@ def _analyze(args: argparse.Namespace) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
-    import json
-
     from lopti.commands.command_line import make_settings
-    from lopti.commands.compare import CompareConfig, collect, run_all
-    from lopti.commands.compare_report import results_table, write_compare_report
+    from lopti.commands.compare import CompareConfig, run_study
 
     study = make_settings(CompareConfig, args.settings)
     overrides = {k: v for k, v in args.settings.items() if k not in CompareConfig.__dataclass_fields__}
     config = Path(study.config) if study.config else DEFAULT_RECIPES["kk"]
     out = args.folder = check_output_folder(study.out or Path("results") / config.stem, "--out")
-    run_all(config, overrides, study.variants, study.seeds, out)
-    results = collect(out)
-    command = "lopti compare " + " ".join(shlex.quote(a) for a in args.argv)
-    write_compare_report(out, results, command, json.loads((out / "compare.json").read_text())["base"])
-    print(results_table(results))
+    print(run_study(config, overrides, study, out, args.argv))
     print(f"results folder: {out}")
 
 
@@ -139,9 +132,10 @@ COMMANDS = {  # name: (one-line help, --help description)
     ),
     "compare": (
         "the ablation study: variants x seeds on one held-out set, table with mean ± std and curves",
-        "Runs every variant x seed sequentially (finished runs are skipped, interrupted ones resumed), evaluates "
-        "each on the recipe's held-out set, and writes results.md, results.json and curves.png. Any lopti train "
-        "setting given here overrides the base recipe for every run.",
+        "Runs every variant x seed (--jobs at a time; finished runs are skipped, interrupted ones resumed), "
+        "evaluates each on the recipe's held-out set, and writes results.md, results.json and curves.png; with "
+        "--grid, one such folder per value and grid.md, grid.json, grid.png. Any lopti train setting given here "
+        "overrides the base recipe for every run.",
     ),
     "data kk": ("Knights-and-Knaves puzzles as JSONL and Parquet", ""),
     "data math": ("generated math word problems as JSONL and Parquet (verl schema)", ""),

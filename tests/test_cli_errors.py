@@ -70,6 +70,7 @@ OTHERS = [
     (["analyze", "--out", "FILE"], "--out FILE is a file, not a folder"),
     (["analyze", "--edges", "0,x,1"], "edges must be a list of numbers (a,b or [a, b]), got '0,x,1'"),
     (["analyze", "--promts", "4"], "'promts' (did you mean prompts"),
+    (["analyze", "--methods", "grpo,ar+stapp"], "methods: method 'ar+stapp': unknown part 'stapp'"),
     (["compare", "--seeds", "0,x"], "seeds must be a list of whole numbers (a,b or [a, b]), got '0,x'"),
     (["compare", "--learning_rte", "0.1"], "'learning_rte' (did you mean learning_rate"),
     (["data", "kk", "--peple", "3", "--out", "TMP/kk"], "'peple' (did you mean people"),

@@ -1,4 +1,10 @@
-"""results.md and curves.png of a `lopti compare` folder: the paper-style table and learning curves."""
+"""results.md and curves.png of a `lopti compare` folder: the paper-style table and learning curves.
+
+curves.png has a row of training-reward panels and, when the runs logged update quality
+(`update_quality_every`, lopti.train.update_quality), a row per quality family (correct ratio and mean
+Δ log π, for positive and for negative advantages) with a panel per π_old bucket and one for all tokens.
+Lopti's phase-1 numbers stay in each run's report.md: the other variants have no phase 1.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.report import read_metrics
+from lopti.core.constants import AR_ALPHA_KK
+from lopti.core.methods import parse_method
 
 BASE = "grpo"
+QUALITY_FAMILIES = ("correct_pos", "correct_neg", "dlogp_pos", "dlogp_neg")
 
 
 def results_table(results: dict[str, Any]) -> str:
@@ -38,40 +47,42 @@ def _curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
     return {int(m["step"] // passes): m[key] for m in read_metrics(run_dir / "metrics.jsonl") if key in m}
 
 
-def plot_compare_curves(out: Path, results: dict[str, Any], keys: dict[str, str]) -> Path | None:
-    """Plot each metric (title → key) per RL step: mean over seeds with a ± std band, per variant."""
+def curve_panels(metric_names: set[str]) -> list[dict[str, str]]:
+    """Return curves.png's rows of panels (title → metric key): the training rewards, then one row per update
+    quality family the runs logged (a panel per bucket, "all" last); no row for a family nobody logged."""
+    rewards = {
+        key.removeprefix("rewards/").removesuffix("/mean"): key
+        for key in sorted(metric_names)
+        if key.startswith("rewards/") and key.endswith("/mean")
+    }
+    rows = [rewards] if rewards else []
+    for family in QUALITY_FAMILIES:
+        prefix = f"quality/{family}_"
+        row = {f"{family} {key.removeprefix(prefix)}": key for key in sorted(metric_names) if key.startswith(prefix)}
+        if row:
+            rows.append(row)
+    return rows
+
+
+def plot_compare_curves(out: Path, results: dict[str, Any], rows: list[dict[str, str]]) -> Path | None:
+    """Plot each metric (title → key) per RL step: mean over seeds with a ± std band, per variant; a row of
+    panels per entry of `rows`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 3.6), squeeze=False)
+    columns = max(len(row) for row in rows)
+    figure, axes = plt.subplots(len(rows), columns, figsize=(5.5 * columns, 3.6 * len(rows)), squeeze=False)
     drawn = False
-    for axis, (title, key) in zip(axes[0], keys.items(), strict=True):
-        for variant in results["summary"]:
-            curves = []
-            for name, run in results["runs"].items():
-                if run["variant"] == variant:
-                    passes = 2 if "lopti" in variant else 1
-                    curves.append(_curve(out / "runs" / name, key, passes))
-            steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-            if not steps:
-                continue
-            window = max(1, len(steps) // 10)
-            means, stds = [], []
-            for i in range(len(steps)):
-                span = steps[max(0, i - window + 1) : i + 1]
-                values = [statistics.fmean(c[s] for s in span) for c in curves]
-                means.append(statistics.fmean(values))
-                stds.append(statistics.stdev(values) if len(values) > 1 else 0.0)
-            axis.plot(steps, means, label=variant)
-            low = [m - s for m, s in zip(means, stds, strict=True)]
-            high = [m + s for m, s in zip(means, stds, strict=True)]
-            axis.fill_between(steps, low, high, alpha=0.2)
-            drawn = True
-        axis.set_xlabel("RL step (generated batch)")
-        axis.set_title(title)
-        axis.legend(fontsize=8)
+    for row, row_axes in zip(rows, axes, strict=True):
+        for axis in row_axes[len(row) :]:
+            axis.axis("off")
+        for axis, (title, key) in zip(row_axes, row.items(), strict=False):
+            drawn |= _plot_panel(axis, out, results, key)
+            axis.set_xlabel("RL step (generated batch)")
+            axis.set_title(title)
+            axis.legend(fontsize=8)
     figure.tight_layout()
     path = out / "curves.png"
     if drawn:
@@ -80,22 +91,45 @@ def plot_compare_curves(out: Path, results: dict[str, Any], keys: dict[str, str]
     return path if drawn else None
 
 
+def _plot_panel(axis: Any, out: Path, results: dict[str, Any], key: str) -> bool:
+    """Draw one metric's mean ± std band per variant on `axis`; return whether anything was drawn."""
+    drawn = False
+    for variant in results["summary"]:
+        passes = 2 if parse_method(variant).lopti else 1
+        runs = [name for name, run in results["runs"].items() if run["variant"] == variant]
+        curves = [_curve(out / "runs" / name, key, passes) for name in runs]
+        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        if not steps:
+            continue
+        window = max(1, len(steps) // 10)
+        means, stds = [], []
+        for i in range(len(steps)):
+            span = steps[max(0, i - window + 1) : i + 1]
+            values = [statistics.fmean(c[s] for s in span) for c in curves]
+            means.append(statistics.fmean(values))
+            stds.append(statistics.stdev(values) if len(values) > 1 else 0.0)
+        axis.plot(steps, means, label=variant)
+        low = [m - s for m, s in zip(means, stds, strict=True)]
+        high = [m + s for m, s in zip(means, stds, strict=True)]
+        axis.fill_between(steps, low, high, alpha=0.2)
+        drawn = True
+    return drawn
+
+
 def write_compare_report(out: Path, results: dict[str, Any], command: str, base: dict[str, Any]) -> Path:
     """Write results.md (table, curves, the command) in `out`; return its path."""
-    first_run = next(iter(results["runs"]), None)
-    keys = {}
-    if first_run:
-        metric_names = {k for m in read_metrics(out / "runs" / first_run / "metrics.jsonl") for k in m}
-        keys = {k.removeprefix("rewards/").removesuffix("/mean"): k for k in sorted(metric_names)}
-        keys = {title: key for title, key in keys.items() if key.startswith("rewards/") and key.endswith("/mean")}
-    curves = plot_compare_curves(out, results, keys) if keys else None
+    logs = [read_metrics(out / "runs" / name / "metrics.jsonl") for name in results["runs"]]
+    metric_names = {key for log in logs for line in log for key in line}
+    rows = curve_panels(metric_names)
+    curves = plot_compare_curves(out, results, rows) if rows else None
     parts = [
         "# Comparison",
         "",
         f"Command: `{command}`",
         "",
-        f'Base estimator: {base.get("advantage_estimator") or "TRL default"}; "grpo" is the base without AR '
-        f"or Lopti, the others add them (AR α = {base.get('ar_alpha') or 0.3}); every variant sees "
+        f'Base estimator: {base.get("advantage_estimator") or "TRL default"}; "grpo" is the base without AR, '
+        f"Lopti or token-credit presets, the others add theirs (AR α = {base.get('ar_alpha') or AR_ALPHA_KK}); "
+        "every variant sees "
         f"{base['max_steps'] // (int(base.get('num_iterations', 1)) if base.get('lopti') else 1)} generated batches.",
         "",
         "Held-out accuracy after RL (greedy), mean ± std over seeds, in %:",
@@ -104,7 +138,7 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
     ]
     if curves:
         parts += [
-            "Training rewards per RL step (moving mean; band = ± std over seeds):",
+            "Training rewards (and update quality, when logged) per RL step (moving mean; band = ± std over seeds):",
             "",
             f"![curves]({curves.name})",
             "",

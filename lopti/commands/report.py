@@ -1,4 +1,5 @@
-"""report.md for a run: held-out accuracy before and after RL, and the training curves as PNG."""
+"""report.md for a run: held-out accuracy before and after RL, and the training curves as PNG (rewards, the
+gradient share per probability bucket, and the update quality when the run logged it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.files import write_atomic
+from lopti.diagnostics.plots import plot_update_quality
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -14,6 +16,16 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def metric_series(metrics: list[dict[str, Any]], prefix: str) -> dict[str, dict[int, float]]:
+    """Return {key: {step: value}} for every logged key that starts with `prefix`."""
+    series: dict[str, dict[int, float]] = {}
+    for line in metrics:
+        for key, value in line.items():
+            if key.startswith(prefix):
+                series.setdefault(key, {})[line["step"]] = value
+    return series
 
 
 def moving_mean(values: list[float], window: int) -> list[float]:
@@ -125,6 +137,7 @@ def write_report(
     }
     curves = plot_curves(metrics, run_dir / "curves.png", reward_keys, "training rewards (per generated batch)")
     gradient_share = plot_gradient_share(metrics, run_dir / "gradient_share.png")
+    quality = plot_update_quality(metric_series(metrics, "quality/"), run_dir / "update_quality.png")
     timing = " · ".join(f"{name} {value:.0f} s" for name, value in seconds.items())
     parts = [
         f"# Run report: {run_dir.name}",
@@ -158,6 +171,18 @@ def write_report(
             "(`probs/grad_share_*` in metrics.jsonl; docs/paper.md §9).",
             "",
             f"![gradient share]({gradient_share.name})",
+            "",
+        ]
+    if quality:
+        parts += [
+            "## Update quality during training",
+            "",
+            "After the update of every `update_quality_every`-th RL step, the share of the batch's tokens whose "
+            "probability moved the way their advantage asks: rose for Â > 0 (left), fell for Â < 0 (right), per "
+            "π_old bucket (`quality/correct_*` in metrics.jsonl; docs/trainer.md). Above 0.5 the update moved most "
+            "of a bucket's tokens the right way; dashed lines, where present, are Lopti's phase 1 alone.",
+            "",
+            f"![update quality]({quality.name})",
             "",
         ]
     path = run_dir / "report.md"

@@ -106,3 +106,23 @@ def token_objective(
     if entropies is not None and entropy_bonus:
         entropy = (entropies * active.to(entropies.dtype)).sum() / counted.sum().clamp(min=1)
     return ObjectiveTerms(policy, kl, entropy, active, weights, reweighted, metrics, counted, kept, decisions)
+
+
+def credit_shares(credit: Mapping[str, TokenCredit], valid: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Return, per credit step beyond AR and Lopti, the per-token values whose mean over `valid` is a share
+    logged as `credit/<key>`: `<step>_kept_share` (steps with keep or drop), `<step>_weight_mean` (steps
+    with weights), `<step>_selected_share` (steps that single tokens out). One definition for the trainer's
+    logs and the probe's (`lopti analyze`), so that the two report the same quantity."""
+    values = {}
+    for name, decision in credit.items():
+        if name in BUILT_IN_STEPS:
+            continue
+        if decision.keep is not None or decision.drop is not None:
+            kept = valid if decision.keep is None else valid & decision.keep
+            kept = kept if decision.drop is None else kept & ~decision.drop
+            values[f"{name}_kept_share"] = kept.float()
+        if decision.weights is not None:
+            values[f"{name}_weight_mean"] = decision.weights
+        if decision.selected is not None:
+            values[f"{name}_selected_share"] = decision.selected.float()
+    return values

@@ -1,5 +1,8 @@
 """`lopti analyze`: roll out (or load rollouts), run the one-update probe, write JSON, PNGs and a summary.
 
+`--methods` takes any method name of `lopti.core.methods` (paper methods, token-credit presets, their
+combinations); each is probed with the trainer's own objective.
+
 The output folder holds analysis.json (every number), rollouts.jsonl (the analysed batches, then the
 warm-up batches, reusable with --rollouts), summary.md and the figures delta_pi.png, correct_ratio.png,
 gradient_bounds.png.
@@ -134,6 +137,24 @@ def correct_ratio_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def credit_table(result: dict[str, Any]) -> list[str]:
+    """Return markdown rows of each preset's share of tokens kept / mean weight / share selected, per method."""
+    if not result.get("credit"):
+        return []
+    lines = [
+        "",
+        "Token credit of the presets, as the trainer logs it (`credit/*`): share of response tokens that keep their "
+        "policy gradient, mean weight, share singled out; mean over batches [95% t interval], over the steps of "
+        "the first optimizer regime (both phases with Lopti).",
+        "",
+        "| method | metric | value |",
+        "|---|---|---|",
+    ]
+    for method, shares in result["credit"].items():
+        lines += [f"| {method} | credit/{key} | {interval_cell(cell)} |" for key, cell in shares.items()]
+    return lines
+
+
 def summary_markdown(result: dict[str, Any]) -> str:
     """Return the headline numbers as markdown tables: shares, gradient norms, correct ratios, bounds."""
     labels = result["buckets"]
@@ -158,6 +179,7 @@ def summary_markdown(result: dict[str, Any]) -> str:
             f'{result["batches"]} batch(es) [95% t interval]; "method − grpo" is the paired difference per batch.',
             "",
             *correct_ratio_table(result),
+            *credit_table(result),
         ]
     bound, hidden = result["bound"], result["bound"]["hidden"]
     lines += [

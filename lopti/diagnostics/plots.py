@@ -1,11 +1,17 @@
 """Figures of the probe, after the paper's: Δπ by bucket (Fig. 1), correct ratio by method (Fig. 3) with
-95% intervals over batches, per optimizer regime, and gradient norm against π with the Proposition 4.2 bounds."""
+95% intervals over batches, per optimizer regime, and gradient norm against π with the Proposition 4.2 bounds;
+and the same correct ratio measured during training (`update_quality_every`), over steps."""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+# The trainer's update-quality correct ratios (lopti/train/update_quality.py): quality/[phase1/]correct_<sign>_<bucket>
+QUALITY_CORRECT = re.compile(r"quality/(phase1/)?correct_(pos|neg)_(.+)")
 
 
 def _pyplot():
@@ -59,7 +65,7 @@ def plot_correct_ratio(result: dict[str, Any], out: Path) -> Path | None:
     figure, axes = plt.subplots(2, len(regimes), figsize=(6.5 * len(regimes), 7), squeeze=False, sharey=True)
     for column, regime in enumerate(regimes):
         entries = result["updates"][regime]
-        methods = [m for m in ("grpo", "ar", "lopti", "ar+lopti") if m in entries]
+        methods = [m for m in entries if not m.startswith("only ")]
         width = 0.8 / max(1, len(methods))
         for axis, (sign, rule) in zip(axes[:, column], (("positive", "π rose"), ("negative", "π fell")), strict=True):
             for m, method in enumerate(methods):
@@ -111,6 +117,54 @@ def plot_gradient_bounds(result: dict[str, Any], out: Path) -> Path:
         axis.set_title(title)
         axis.legend(fontsize=8)
     figure.suptitle("Proposition 4.2: a token's gradient norm is set by 1 − π")
+    figure.tight_layout()
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
+def plot_update_quality(
+    series: Mapping[str, Mapping[int, float]], out: Path, title: str = "", xlabel: str = "optimizer step"
+) -> Path | None:
+    """Plot the correct ratio logged during training per π_old bucket against the step: tokens with Â > 0 whose
+    probability rose (left), with Â < 0 whose probability fell (right); Lopti's phase 1 alone dashed.
+
+    `series` maps metric names as the trainer logs them (`quality/correct_pos_<bucket>`,
+    `quality/phase1/correct_neg_<bucket>`, …) to {step: value}; other names are ignored, so a caller may pass
+    every metric of a run. Return the PNG path, None when no correct ratio is present.
+    """
+    curves = {}  # (sign, bucket, phase1) → sorted (steps, values)
+    for name, points in series.items():
+        match = QUALITY_CORRECT.fullmatch(name)
+        if match and points:
+            steps = sorted(points)
+            curves[match[2], match[3], bool(match[1])] = (steps, [points[step] for step in steps])
+    if not curves:
+        return None
+    plt = _pyplot()
+    buckets = sorted({bucket for _, bucket, _ in curves}, key=lambda b: (b == "all", b))  # "[0.00,…" sort by edge
+    colours = {b: "black" if b == "all" else f"C{k}" for k, b in enumerate(buckets)}
+    figure, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    panels = (("pos", "Â > 0: share whose π rose"), ("neg", "Â < 0: share whose π fell"))
+    for axis, (sign, label) in zip(axes, panels, strict=True):
+        for bucket in buckets:
+            for phase1 in (False, True):
+                if (sign, bucket, phase1) in curves:
+                    steps, values = curves[sign, bucket, phase1]
+                    axis.plot(
+                        steps, values, color=colours[bucket], marker=".", linestyle="--" if phase1 else "-",
+                        label=f"π_old ∈ {bucket}" if bucket != "all" else "all tokens",
+                    )  # fmt: skip
+        axis.axhline(0.5, color="grey", linewidth=0.6, linestyle=":")
+        axis.set_ylim(0, 1)
+        axis.set_xlabel(xlabel)
+        axis.set_title(label)
+        handles, names = axis.get_legend_handles_labels()
+        unique = dict(zip(names, handles, strict=True))  # one entry per bucket; phase 1 repeats its colour
+        axis.legend(unique.values(), unique.keys(), fontsize=7)
+    axes[0].set_ylabel("correct ratio after the update")
+    dashed = " (dashed: after Lopti's phase 1)" if any(phase1 for _, _, phase1 in curves) else ""
+    figure.suptitle((title or "Update quality per π_old bucket") + dashed)
     figure.tight_layout()
     figure.savefig(out, dpi=110)
     plt.close(figure)

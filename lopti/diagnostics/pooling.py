@@ -2,8 +2,9 @@
 
 Shares and the Proposition 4.2 checks pool the tokens of every batch. Correct ratios are computed per
 batch, then averaged with a 95% t interval over the batches (lopti/diagnostics/intervals.py): tokens of one
-batch share a gradient step, so they are not independent draws, while batches are. AR's and Lopti's
-ratios also get the interval of their paired difference from GRPO's on the same batches.
+batch share a gradient step, so they are not independent draws, while batches are. Every other method's
+ratios also get the interval of their paired difference from GRPO's on the same batches, and each credit
+preset's shares (tokens kept, mean weight, tokens selected) their interval over the batches.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class BatchMeasure:
     hidden_norm: torch.Tensor  # ‖∂(−log π)/∂h‖
     deltas: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict)  # (regime, update) → Δπ
     grad_norms: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # one per optimizer step
+    credit: dict[str, dict[str, float]] = field(default_factory=dict)  # method → credit share → its batch value
 
 
 def correct_ratios(delta: torch.Tensor, index: torch.Tensor, advantages: torch.Tensor, labels: list[str]) -> dict:
@@ -210,6 +212,15 @@ def pool(measures: list[BatchMeasure], labels: list[str], weight: torch.Tensor, 
         updates.setdefault(regime, {})[name] = entry
         if name == "grpo":
             grpo_batches[regime] = per_batch
+    # each preset's share of tokens kept, weight mean, share selected (the trainer's credit/*), over batches
+    methods = dict.fromkeys(name for m in measures for name in m.credit)
+    result["credit"] = {
+        method: {
+            key: interval([m.credit[method][key] for m in measures if method in m.credit])
+            for key in dict.fromkeys(k for m in measures for k in m.credit.get(method, {}))
+        }
+        for method in methods
+    }
     regimes = dict.fromkeys(regime for regime, _ in keys)  # in the order measured
     result["updates"] = {r: {name: updates[r][name] for regime, name in keys if regime == r} for r in regimes} or None
     return result

@@ -3,22 +3,28 @@
 From one or more independent batches of rollouts it measures, with every other setting fixed:
 - token share per π_old bucket, overall and per advantage sign;
 - the gradient norm of the loss restricted to each bucket, and to all tokens;
-- Δπ per token after one update of all tokens, of one bucket only, or with GRPO, AR, Lopti (one optimizer
-  step per phase) or AR + Lopti, by bucket and advantage sign, and the "correct ratio" (share of
+- Δπ per token after one update of all tokens, of one bucket only, or with any method of
+  `lopti.core.methods` (GRPO, AR, Lopti with one optimizer step per phase, AR + Lopti, the token-credit
+  presets and their combinations), by bucket and advantage sign, and the "correct ratio" (share of
   positive-advantage tokens whose probability rose; the mirror for negative ones), with 95% intervals
   over the batches (lopti/diagnostics/pooling.py);
+- for methods with credit presets, each preset's share of tokens kept, mean weight and share selected,
+  the trainer's `credit/*` metrics (`lopti.core.objective.credit_shares`), over the first regime's steps;
 - all of it under each optimizer regime: "sgd" (the paper's analysis), "adamw" (the trainer's AdamW from
   a fresh state, whose first step moves every weight by about its learning rate) and "adamw_warm" (the
   same AdamW after one RL update of the same method on each of `warmup_updates` other batches, so that
   its moment estimates are those of a run in progress);
 - Proposition 4.2 per token: ‖∂(−log π)/∂z‖ at the logits and ‖∂(−log π)/∂h‖ at the last hidden state
   (the unembedding's input) against their bounds in (1 − π).
-The loss is the training objective (lopti.core.objective, without KL), token-mean over the whole batch.
+The loss is the training objective (lopti.core.objective, without KL or entropy bonus), token-mean over the
+whole batch; tokens a preset drops leave the denominator, as in the trainer. A preset's batch-level
+selections (entropy quantiles, top shares, covariances) see one micro-batch, as the trainer's see its own.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,93 +34,14 @@ from transformers import Trainer
 
 from lopti.core.advantages import token_advantages
 from lopti.core.bound import logit_grad_norm
-from lopti.core.buckets import QUARTILES, bucket_labels, check_edges, probability_buckets
-from lopti.core.constants import AR_ALPHA_KK, DUAL_CLIP, EPS_HIGH, EPS_LOW, LOPTI_ETA
-from lopti.core.objective import token_objective
+from lopti.core.buckets import bucket_labels, probability_buckets
+from lopti.core.credit import CreditStep
+from lopti.core.credit_presets import make_credit_steps
+from lopti.core.methods import parse_method
+from lopti.core.objective import credit_shares, token_objective
 from lopti.diagnostics.pooling import BatchMeasure, pool
+from lopti.diagnostics.probe_config import ProbeConfig  # its own module; callers may import it from here
 from lopti.diagnostics.rollouts import Rollouts
-
-OPTIMIZERS = ("sgd", "adamw", "adamw_warm")
-# Each compared method as (AR on, Lopti on): AR uses the config's alpha, Lopti takes one step per phase.
-METHODS = {"grpo": (False, False), "ar": (True, False), "lopti": (False, True), "ar+lopti": (True, True)}
-
-
-def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """Return a comma-separated string (as the command line passes it) or a sequence as a tuple of names."""
-    return tuple(v.strip() for v in value.split(",")) if isinstance(value, str) else tuple(value)
-
-
-@dataclass
-class ProbeConfig:
-    """How the probe updates. The paper's analysis: SGD, lr 1e-3, probability quartiles. The AdamW settings
-    default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml); `lopti analyze --config` takes
-    them from another recipe or run config ("run_key": the LoptiGRPOConfig key each one mirrors)."""
-
-    edges: tuple[float, ...] = field(
-        default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
-    )
-    optimizers: tuple[str, ...] = field(
-        default=("sgd",),
-        metadata={
-            "help": "Optimizer regimes of the one update: sgd (the paper's analysis), adamw (the trainer's AdamW, "
-            "fresh state), adamw_warm (the same after warmup_updates RL updates on other batches)."
-        },
-    )
-    lr: float = field(default=1e-3, metadata={"help": "Learning rate of the sgd regime (the paper's: 1e-3)."})
-    adam_lr: float = field(
-        default=1e-4, metadata={"help": "Learning rate of the AdamW regimes.", "run_key": "learning_rate"}
-    )
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's β1.", "run_key": "adam_beta1"})
-    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW's β2.", "run_key": "adam_beta2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's ε.", "run_key": "adam_epsilon"})
-    weight_decay: float = field(
-        default=0.01,
-        metadata={
-            "help": "AdamW's weight decay, on the weights the 🤗 Trainer decays (not biases or norms).",
-            "run_key": "weight_decay",
-        },
-    )
-    max_grad_norm: float = field(
-        default=1.0,
-        metadata={
-            "help": "The AdamW regimes clip the gradient norm to this, as the trainer does; 0 turns it off.",
-            "run_key": "max_grad_norm",
-        },
-    )
-    warmup_updates: int = field(
-        default=3,
-        metadata={"help": "adamw_warm: RL updates of the same method, one per other batch, before the probed one."},
-    )
-    alpha: float = field(default=AR_ALPHA_KK, metadata={"help": "AR's α for the ar and ar+lopti methods."})
-    eta: float = field(default=LOPTI_ETA, metadata={"help": "Lopti's probability threshold η."})
-    eps_low: float = field(default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate."})
-    eps_high: float = field(default=EPS_HIGH, metadata={"help": "Upper clip range ε_high of the surrogate."})
-    dual_clip: float = field(default=DUAL_CLIP, metadata={"help": "Dual-clip constant c for negative advantages."})
-    micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
-    methods: tuple[str, ...] = field(
-        default=tuple(METHODS), metadata={"help": f"Methods whose update is compared: any of {', '.join(METHODS)}."}
-    )
-    # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
-    # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
-    dtype: str = field(default="float64", metadata={"help": "Weights' dtype: float64 (exact) or float32 (faster)."})
-
-    def check(self) -> None:
-        """Raise a ValueError naming the first bad setting."""
-        self.edges = check_edges(self.edges)
-        self.optimizers, self.methods = _names(self.optimizers), _names(self.methods)
-        for key, names, known in (("optimizers", self.optimizers, OPTIMIZERS), ("methods", self.methods, METHODS)):
-            unknown = [n for n in names if n not in known]
-            if unknown or not names:
-                problem = f"unknown {', '.join(unknown)}" if unknown else "none given"
-                raise ValueError(f"{key}: {problem}; choose from {', '.join(known)}")
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
-        if self.lr <= 0 or self.adam_lr <= 0 or self.micro_batch < 1:
-            raise ValueError(
-                f"lr, adam_lr and micro_batch must be positive, got {self.lr}, {self.adam_lr} and {self.micro_batch}"
-            )
-        if "adamw_warm" in self.optimizers and self.warmup_updates < 1:
-            raise ValueError(f"optimizer adamw_warm needs warmup_updates ≥ 1, got {self.warmup_updates}")
 
 
 @dataclass
@@ -169,34 +96,63 @@ def batch_advantages(rollouts: Rollouts, batch: Batch, dtype: torch.dtype) -> to
 
 @dataclass(frozen=True)
 class Update:
-    """One compared update: the advantages it starts from, its AR α (0 = off) and whether Lopti splits it."""
+    """One compared update: the advantages it starts from, its AR α (0 = off), whether Lopti splits it, and
+    the further credit steps (presets) of its objective, by name."""
 
     advantages: torch.Tensor
     alpha: float = 0.0
     lopti: bool = False
+    credit: Mapping[str, CreditStep] = field(default_factory=dict)
 
 
 def method_update(method: str, advantages: torch.Tensor, config: ProbeConfig) -> Update:
-    """Return the update of one of METHODS on `advantages`."""
-    uses_ar, uses_lopti = METHODS[method]
-    return Update(advantages, config.alpha if uses_ar else 0.0, uses_lopti)
+    """Return the update of a method name (`lopti.core.methods`) on `advantages`: AR with the config's α, and
+    the presets built as the trainer builds its `token_credit`, with the paper's constants."""
+    spec = parse_method(method)
+    credit = make_credit_steps(spec.token_credit, spec.token_credit_kwargs)
+    return Update(advantages, config.alpha if spec.ar else 0.0, spec.lopti, credit)
+
+
+# Running sums behind the credit shares: metric key → [Σ value over response tokens, response tokens].
+CreditTally = dict[str, list[float]]
 
 
 def policy_gradient(
-    model, batch: Batch, old: torch.Tensor, update: Update, phase: int | None, temperature: float, config
-) -> float:
-    """Accumulate the gradient of the token-mean objective (lopti.core, no KL) into .grad; return its norm."""
+    model, batch: Batch, old: torch.Tensor, update: Update, phase: int | None, temperature: float, config,
+    tally: CreditTally | None = None,
+) -> float:  # fmt: skip
+    """Accumulate the gradient of the token-mean objective (lopti.core, no KL) into .grad; return its norm.
+
+    With `tally`, add each credit step's shares (`credit_shares`) of this pass to it.
+    """
     model.zero_grad(set_to_none=True)
     count = batch.mask.sum()
+    counted = 0  # tokens the denominator keeps: all response tokens but those a preset dropped
     for rows in _micro(batch, config.micro_batch):
         logits = _logits(model, batch, rows, temperature)
-        logp = torch.log_softmax(logits, -1).gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1)
+        log_probs = torch.log_softmax(logits, -1)
+        logp = log_probs.gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1)
+        entropies = None
+        if update.credit:  # the presets read entropies of the same forward, as the trainer's loss pass has them
+            with torch.no_grad():
+                entropies = -(log_probs.exp() * log_probs).sum(-1)
+        mask = batch.mask[rows]
         terms = token_objective(
-            logp, old[rows], update.advantages[rows], batch.mask[rows],
+            logp, old[rows], update.advantages[rows], mask,
             alpha=update.alpha, phase=phase, eta=config.eta,
             eps_low=config.eps_low, eps_high=config.eps_high, dual_clip=config.dual_clip,
+            entropies=entropies, entropy_bonus=False, credit=update.credit,
         )  # fmt: skip
         (terms.policy.sum() / count).backward()
+        counted += int(terms.counted.sum())
+        for key, values in credit_shares(terms.credit, mask).items() if tally is not None else ():
+            sums = tally.setdefault(key, [0.0, 0.0])
+            sums[0] += (values.double() * mask).sum().item()
+            sums[1] += mask.sum().item()
+    if 0 < counted < count:  # renormalise over the kept tokens, as the trainer's denominators do
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(count.item() / counted)
     squares = [p.grad.double().square().sum() for p in model.parameters() if p.grad is not None]
     return sum(squares).sqrt().item() if squares else 0.0
 
@@ -226,12 +182,14 @@ def make_optimizer(model, regime: str, config: ProbeConfig, warm_state: dict | N
 
 
 def take_update(
-    model, optimizer, batch, old, update: Update, temperature: float, config, clip: bool, first: tuple | None = None
-) -> tuple[list[float], tuple]:
+    model, optimizer, batch, old, update: Update, temperature: float, config, clip: bool, first: tuple | None = None,
+    tally: CreditTally | None = None,
+) -> tuple[list[float], tuple]:  # fmt: skip
     """Take one optimizer step per phase (two for Lopti), clipping like the trainer if asked.
 
     Return the gradient norms and `first`, the first step's (gradients, norm): that step starts from the same
-    weights in every regime, so a caller passes it back to skip its backward pass.
+    weights in every regime, so a caller passes it back to skip its backward pass. `tally` collects the credit
+    shares of the steps computed here (not of a first step passed in).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     norms = []
@@ -241,7 +199,7 @@ def take_update(
                 p.grad = None if gradient is None else gradient.clone()  # clipping scales .grad in place
             norms.append(first[1])
         else:
-            norms.append(policy_gradient(model, batch, old, update, phase, temperature, config))
+            norms.append(policy_gradient(model, batch, old, update, phase, temperature, config, tally))
             if step == 0:
                 first = ([None if p.grad is None else p.grad.clone() for p in params], norms[0])
         if clip and config.max_grad_norm > 0:
@@ -308,17 +266,21 @@ def measure_batch(model, state, rollouts, pad_id, config: ProbeConfig, warm: dic
     variants |= {m: method_update(m, advantages, config) for m in config.methods}
     for name, update in variants.items():
         first = None  # the first step's gradient, shared by the regimes
+        tally: CreditTally = {}  # filled under the first regime, the only one that computes every step
         # the bucket-only updates (the paper's Fig. 1) under the first regime only: they cost one step each
         for regime in config.optimizers[:1] if name.startswith("only ") else config.optimizers:
             model.load_state_dict(state)
             warm_state = warm.get("grpo" if name.startswith("only ") else name) if regime == "adamw_warm" else None
             optimizer = make_optimizer(model, regime, config, warm_state)
             norms, first = take_update(
-                model, optimizer, batch, old, update, temperature, config, clip=regime != "sgd", first=first
-            )
+                model, optimizer, batch, old, update, temperature, config, clip=regime != "sgd", first=first,
+                tally=tally if regime == config.optimizers[0] else None,
+            )  # fmt: skip
             new = token_logprobs(model, batch, temperature, config.micro_batch)
             measure.deltas[regime, name] = (new.exp() - old.exp())[mask]
             measure.grad_norms[regime, name] = norms
+        if tally:
+            measure.credit[name] = {key: total / tokens for key, (total, tokens) in tally.items()}
     return measure
 
 

@@ -34,7 +34,7 @@ from lopti.core import (
 )
 from lopti.core.bound import logit_grad_norm_from_sum_sq
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
-from lopti.core.objective import BUILT_IN_STEPS
+from lopti.core.objective import BUILT_IN_STEPS, credit_shares
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import TrainingGuard
 from lopti.train.update_quality import UpdateQuality
@@ -312,17 +312,8 @@ class LoptiGRPOTrainer(GRPOTrainer):
         )
         if self.args.ar_alpha > 0:
             metrics["ar/weight_mean"].append(mean_of(terms.credit["ar"].weights))
-        for name, credit in terms.credit.items():
-            if name in BUILT_IN_STEPS:
-                continue
-            if credit.keep is not None or credit.drop is not None:
-                kept = valid if credit.keep is None else valid & credit.keep
-                kept = kept if credit.drop is None else kept & ~credit.drop
-                metrics[f"credit/{name}_kept_share"].append(mean_of(kept.float()))
-            if credit.weights is not None:
-                metrics[f"credit/{name}_weight_mean"].append(mean_of(credit.weights))
-            if credit.selected is not None:
-                metrics[f"credit/{name}_selected_share"].append(mean_of(credit.selected.float()))
+        for key, values in credit_shares(terms.credit, valid).items():
+            metrics[f"credit/{key}"].append(mean_of(values))
         for name, value in terms.metrics.items():
             metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
         if kl is not None:

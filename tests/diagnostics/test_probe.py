@@ -1,5 +1,5 @@
-"""The one-update probe: hand-built single-token cases (SGD and AdamW, fresh and warm), a tiny model end to
-end, and bad input."""
+"""The one-update probe: hand-built single-token cases (SGD and AdamW, fresh and warm), credit presets, a tiny
+model end to end, and bad input."""
 
 import json
 import math
@@ -9,8 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lopti.core.credit import TokenCredit
+from lopti.core.objective import token_objective
+from lopti.diagnostics import probe
 from lopti.diagnostics.analyze import AnalyzeConfig, analyze, training_rows
-from lopti.diagnostics.probe import ProbeConfig, run_probe
+from lopti.diagnostics.probe import ProbeConfig, Update, batch_advantages, make_batch, policy_gradient, run_probe
 from lopti.diagnostics.rollouts import Rollouts, load_rollouts, save_rollouts
 
 
@@ -224,8 +227,12 @@ def test_bad_settings_are_named():
         ProbeConfig(edges=(0, 0.7, 0.3, 1)).check()
     with pytest.raises(ValueError, match="optimizers: unknown adam; choose from sgd, adamw, adamw_warm"):
         ProbeConfig(optimizers="sgd,adam").check()
-    with pytest.raises(ValueError, match="methods: unknown ppo; choose from grpo"):
-        ProbeConfig(methods=("grpo", "ppo")).check()
+    with pytest.raises(ValueError, match=r"methods: method 'ar\+ppo': unknown part 'ppo'; a method is one of grpo"):
+        ProbeConfig(methods="grpo,ar+ppo").check()
+    with pytest.raises(ValueError, match=r"methods: method 'clip_cov\+kl_cov': .* choose one"):
+        ProbeConfig(methods=("clip_cov+kl_cov",)).check()
+    with pytest.raises(ValueError, match=r"methods: ar\+stapo listed twice"):
+        ProbeConfig(methods="ar+stapo,AR+STAPO").check()
     with pytest.raises(ValueError, match="adamw_warm needs warmup_updates ≥ 1, got 0"):
         ProbeConfig(optimizers=("adamw_warm",), warmup_updates=0).check()
 
@@ -260,3 +267,106 @@ def test_batches_get_distinct_prompts_in_the_same_mix():
     rows = training_rows(AnalyzeConfig(people="3,4", template="terse", prompts=4), batches=3)
     assert [row["people"] for row in rows] == [3, 3, 4, 4] * 3
     assert len({str(row["prompt"]) for row in rows}) == 12
+
+
+def test_w_reinforce_update_is_the_weighted_gradient_step():
+    # The single-token case with W-REINFORCE (λ = 0.1 on Â > 0): the loss gradient at the logits is
+    # (−0.1·A·(e_1 − π) + A·(e_2 − π)) / 2 with π uniform, so one SGD step of lr gives z = s·(0.1·e_1 − e_2) up to
+    # a constant shift, s = lr·A/2; the preset's mean weight over the two tokens is (0.1 + 1) / 2.
+    advantage = 0.5 / (math.sqrt(0.5) + 1e-6)
+    rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=1.0)
+    result = run_probe(LogitsOnly(4), rollouts, pad_id=3, config=ProbeConfig(lr=0.1, methods="grpo,w_reinforce"))
+    step = 0.1 * advantage / 2
+    z = [0.0, 0.1 * step, -step, 0.0]
+    moved = result["updates"]["sgd"]["w_reinforce"]["delta_pi"]["[0.25,0.50)"]
+    assert moved["positive"]["mean"] == pytest.approx(softmax_share(z, 1) - 0.25, rel=1e-9)
+    assert moved["negative"]["mean"] == pytest.approx(softmax_share(z, 2) - 0.25, rel=1e-9)
+    gradient = [advantage / 2 * (v + 0.9 * 0.25) for v in (0.0, 0.1, -1.0, 0.0)]
+    norm = result["updates"]["sgd"]["w_reinforce"]["grad_norm"][0]["mean"]
+    assert norm == pytest.approx(math.sqrt(sum(g * g for g in gradient)), rel=1e-12)
+    assert result["credit"] == {
+        "w_reinforce": {"w_reinforce_weight_mean": {"mean": 0.55, "low": None, "high": None, "batches": 1}}
+    }
+
+
+def test_dropped_tokens_leave_the_denominator_as_in_the_trainer():
+    # A credit step that drops the negative token: the token-mean is over the one kept token, so the gradient
+    # is −A·(e_1 − π) (norm A·√0.75), not half of it.
+    advantage = 0.5 / (math.sqrt(0.5) + 1e-6)
+    rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], group_size=2, temperature=1.0)
+    model, config = LogitsOnly(4).double(), ProbeConfig()
+    batch = make_batch(rollouts, pad_id=3)
+    old = torch.full(batch.mask.shape, math.log(0.25), dtype=torch.float64)
+    advantages = batch_advantages(rollouts, batch, torch.float64)
+
+    def drop_negative(context):
+        return TokenCredit(drop=context.advantages < 0)
+
+    update = Update(advantages, credit={"drop_negative": drop_negative})
+    tally = {}
+    norm = policy_gradient(model, batch, old, update, None, 1.0, config, tally)
+    assert norm == pytest.approx(advantage * math.sqrt(0.75), rel=1e-12)
+    assert tally == {"drop_negative_kept_share": [1.0, 2.0]}
+
+
+def reference_paper_update(method, advantages, config):
+    """The probe's update of the four paper methods before presets: (AR on, Lopti on) by name."""
+    uses_ar, uses_lopti = {"grpo": (0, 0), "ar": (1, 0), "lopti": (0, 1), "ar+lopti": (1, 1)}[method]
+    return Update(advantages, config.alpha if uses_ar else 0.0, bool(uses_lopti))
+
+
+def reference_paper_gradient(model, batch, old, update, phase, temperature, config, tally=None):
+    """The probe's gradient before presets: the objective with AR's α and the Lopti phase only."""
+    model.zero_grad(set_to_none=True)
+    count = batch.mask.sum()
+    for rows in probe._micro(batch, config.micro_batch):
+        logits = probe._logits(model, batch, rows, temperature)
+        logp = torch.log_softmax(logits, -1).gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1)
+        terms = token_objective(
+            logp, old[rows], update.advantages[rows], batch.mask[rows],
+            alpha=update.alpha, phase=phase, eta=config.eta,
+            eps_low=config.eps_low, eps_high=config.eps_high, dual_clip=config.dual_clip,
+        )  # fmt: skip
+        (terms.policy.sum() / count).backward()
+    squares = [p.grad.double().square().sum() for p in model.parameters() if p.grad is not None]
+    return sum(squares).sqrt().item() if squares else 0.0
+
+
+def test_paper_methods_are_unchanged_by_the_preset_path(rollouts_file, tmp_path, monkeypatch):
+    # The four paper methods through the method-name path give exactly the numbers of the AR/Lopti-only path.
+    config, path = rollouts_file
+    config = replace(
+        config, rollouts=str(path), prompts=1, batches=2, optimizers="sgd,adamw,adamw_warm", warmup_updates=1,
+        methods="grpo,ar,lopti,ar+lopti",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    result = analyze(config, tmp_path / "new")
+    monkeypatch.setattr(probe, "method_update", reference_paper_update)
+    monkeypatch.setattr(probe, "policy_gradient", reference_paper_gradient)
+    reference = analyze(config, tmp_path / "reference")
+    assert result["updates"] == reference["updates"] and result["credit"] == {}
+    assert set(result["updates"]["adamw_warm"]) == {"grpo", "ar", "lopti", "ar+lopti"}
+
+
+def test_tiny_model_probes_credit_presets_by_name(rollouts_file, tmp_path):
+    config, path = rollouts_file
+    config = replace(config, rollouts=str(path), prompts=1, batches=2, methods="grpo,entropy20,ar+stapo,w_reinforce")
+    result = analyze(config, tmp_path / "presets")
+    sgd = result["updates"]["sgd"]
+    for method in ("entropy20", "ar+stapo", "w_reinforce"):
+        for sign in ("positive", "negative"):
+            cell = sgd[method]["correct_ratio"]["all"][sign]
+            assert cell["batches"] == 2 and 0.0 <= cell["mean"] <= 1.0
+        assert sgd[method]["minus_grpo"]["all"]["positive"]["batches"] == 2
+    # the top 20% of each micro-batch's entropies keep their gradient (ties aside); the update differs from GRPO's
+    kept = result["credit"]["entropy20"]["high_entropy_kept_share"]["mean"]
+    assert 0.2 <= kept < 0.3
+    assert sgd["entropy20"]["delta_pi"] != sgd["grpo"]["delta_pi"]
+    assert 0.0 < result["credit"]["ar+stapo"]["stapo_kept_share"]["mean"] <= 1.0
+    assert 0.1 < result["credit"]["w_reinforce"]["w_reinforce_weight_mean"]["mean"] < 1.0
+    assert set(result["credit"]) == {"entropy20", "ar+stapo", "w_reinforce"}
+    summary = (tmp_path / "presets" / "summary.md").read_text()
+    assert "| entropy20 | credit/high_entropy_kept_share | " in summary
+    assert "| sgd | ar+stapo | <0 |" in summary and "| sgd | w_reinforce − grpo | >0 |" in summary
+    saved = json.loads((tmp_path / "presets" / "analysis.json").read_text())
+    assert saved["credit"]["entropy20"]["high_entropy_kept_share"]["mean"] == kept

@@ -1,6 +1,7 @@
 """`lopti compare`: variant settings, a small study end to end, skipping, resuming and refusing."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -25,22 +26,77 @@ def test_variants_keep_the_number_of_rl_steps():
     assert (both["max_steps"], both["ar_alpha"], both["seed"], both["evaluate"]) == (80, 0.3, 1, True)
     plain = variant_settings({"max_steps": 30, "ar_alpha": 0.0}, "ar", 0)
     assert plain["ar_alpha"] == 0.3 and plain["max_steps"] == 30
-    with pytest.raises(ValueError, match="unknown variant 'ppo'"):
+    with pytest.raises(ValueError, match="--variants: method 'ppo': unknown part 'ppo'"):
         variant_settings(base, "ppo", 0)
+    assert "token_credit" not in grpo and "token_credit" not in both  # as before presets existed
+
+
+def test_preset_variants_replace_the_recipes_token_credit():
+    base = {
+        "max_steps": 40, "ar_alpha": 0.2, "token_credit": ["clip_cov"],
+        "token_credit_kwargs": {"clip_cov": {"clip_ratio": 0.001}, "stapo": {"prob_threshold": 0.02}},
+    }  # fmt: skip
+    ar_stapo, entropy = variant_settings(base, "ar+stapo", 0), variant_settings(base, "entropy20", 1)
+    assert (ar_stapo["ar_alpha"], ar_stapo["lopti"], ar_stapo["token_credit"]) == (0.2, False, ["stapo"])
+    assert ar_stapo["token_credit_kwargs"] == {"stapo": {"prob_threshold": 0.02}}  # the recipe's constants stay
+    assert (entropy["ar_alpha"], entropy["token_credit"]) == (0.0, ["high_entropy"])
+    assert entropy["token_credit_kwargs"] == {"high_entropy": {"rho": 0.2}}
+    grpo = variant_settings(base, "grpo", 0)
+    assert (grpo["token_credit"], grpo["token_credit_kwargs"]) == ([], {})
+    cov = variant_settings(base, "clip_cov+lopti", 0)
+    assert (cov["max_steps"], cov["num_iterations"], cov["token_credit"]) == (80, 2, ["clip_cov"])
+    assert cov["token_credit_kwargs"] == {"clip_cov": {"clip_ratio": 0.001}}
+
+
+@pytest.mark.parametrize(
+    ("variants", "says"),
+    [
+        ("grpo,ar+tr_grpo", "--variants: method 'ar+tr_grpo': ar and tr_grpo both shape the weight"),
+        ("grpo,grpo+stapo", "--variants: method 'grpo+stapo': 'grpo' is the plain objective"),
+        ("stapo,entropy0", "--variants: method 'entropy0': entropy0 needs a share between 1 and 99 percent"),
+        ("ar,ar", "--variants: ar listed twice"),
+    ],
+)
+def test_bad_variants_fail_before_anything_is_written(tmp_path, capsys, variants, says):
+    out = tmp_path / "study"
+    assert main(["compare", "--variants", variants, "--out", str(out)]) == 2
+    assert says in capsys.readouterr().err and not out.exists()
+
+
+def test_old_paper_study_folders_still_resume(tmp_path, monkeypatch):
+    """A folder the paper-only compare wrote (its compare.json, a finished run) is taken as it is."""
+    out, base = tmp_path / "study", {"max_steps": 4, "model": "tiny", "learning_rate": 0.01}
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump(base))
+    old_identity = {"base": base, "variants": ["grpo", "ar+lopti"], "seeds": [0]}
+    out.mkdir()
+    (out / "compare.json").write_text(json.dumps(old_identity))
+    finished = out / "runs" / "grpo-s0"
+    finished.mkdir(parents=True)
+    for name in ("run.json", "eval_before.json", "eval_after.json", "report.md"):
+        (finished / name).write_text("{}")
+    trained = []
+    compare.run_all(config, {}, ["grpo", "ar+lopti"], [0], out, runner=trained.append)
+    assert [Path(s["output_dir"]).name for s in trained] == ["ar+lopti-s0"]
+    assert trained[0] == variant_settings(base, "ar+lopti", 0) | {
+        "output_dir": str(out / "runs" / "ar+lopti-s0"),
+        "resume": False,
+    }
+    assert "token_credit" not in trained[0] and json.loads((out / "compare.json").read_text()) == old_identity
 
 
 def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatch, tmp_path, capsys):
     seen = []
 
-    def run_all(config, overrides, variants, seeds, out):
-        seen.append((config.name, overrides, variants, seeds, out))
+    def run_all(config, overrides, variants, seeds, out, jobs, threads):
+        seen.append((config.name, overrides, variants, seeds, out, jobs, threads))
         raise ValueError("training replaced by the test")
 
     monkeypatch.setattr(compare, "run_all", run_all)
-    argv = ["compare", "--seeds", "3", "--variants", "grpo,ar", "--learning_rate", "0.5", "--lopti"]
+    argv = ["compare", "--seeds", "3", "--variants", "grpo,ar", "--learning_rate", "0.5", "--lopti", "--jobs", "2"]
     assert main([*argv, "--out", str(tmp_path / "study")]) == 2
     overrides = {"learning_rate": 0.5, "lopti": True}
-    assert seen == [("kk-tiny-cpu.yaml", overrides, ["grpo", "ar"], [3], tmp_path / "study")]
+    assert seen == [("kk-tiny-cpu.yaml", overrides, ["grpo", "ar"], [3], tmp_path / "study", 2, 0)]
     assert main(["compare", "--seeds", "0,x"]) == 2
     assert "seeds must be a list of whole numbers (a,b or [a, b]), got '0,x'" in capsys.readouterr().err
 

@@ -1,0 +1,105 @@
+"""The probe's settings (`ProbeConfig`): how `lopti analyze` updates, which methods and optimizer regimes it
+compares; lopti/diagnostics/probe.py measures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lopti.core.buckets import QUARTILES, check_edges
+from lopti.core.constants import AR_ALPHA_KK, DUAL_CLIP, EPS_HIGH, EPS_LOW, LOPTI_ETA
+from lopti.core.methods import PAPER_METHODS, parse_method
+
+OPTIMIZERS = ("sgd", "adamw", "adamw_warm")
+
+
+def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Return a comma-separated string (as the command line passes it) or a sequence as a tuple of names."""
+    return tuple(v.strip() for v in value.split(",")) if isinstance(value, str) else tuple(value)
+
+
+@dataclass
+class ProbeConfig:
+    """How the probe updates. The paper's analysis: SGD, lr 1e-3, probability quartiles. The AdamW settings
+    default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml); `lopti analyze --config` takes
+    them from another recipe or run config ("run_key": the LoptiGRPOConfig key each one mirrors)."""
+
+    edges: tuple[float, ...] = field(
+        default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
+    )
+    optimizers: tuple[str, ...] = field(
+        default=("sgd",),
+        metadata={
+            "help": "Optimizer regimes of the one update: sgd (the paper's analysis), adamw (the trainer's AdamW, "
+            "fresh state), adamw_warm (the same after warmup_updates RL updates on other batches)."
+        },
+    )
+    lr: float = field(default=1e-3, metadata={"help": "Learning rate of the sgd regime (the paper's: 1e-3)."})
+    adam_lr: float = field(
+        default=1e-4, metadata={"help": "Learning rate of the AdamW regimes.", "run_key": "learning_rate"}
+    )
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's β1.", "run_key": "adam_beta1"})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW's β2.", "run_key": "adam_beta2"})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's ε.", "run_key": "adam_epsilon"})
+    weight_decay: float = field(
+        default=0.01,
+        metadata={
+            "help": "AdamW's weight decay, on the weights the 🤗 Trainer decays (not biases or norms).",
+            "run_key": "weight_decay",
+        },
+    )
+    max_grad_norm: float = field(
+        default=1.0,
+        metadata={
+            "help": "The AdamW regimes clip the gradient norm to this, as the trainer does; 0 turns it off.",
+            "run_key": "max_grad_norm",
+        },
+    )
+    warmup_updates: int = field(
+        default=3,
+        metadata={"help": "adamw_warm: RL updates of the same method, one per other batch, before the probed one."},
+    )
+    alpha: float = field(default=AR_ALPHA_KK, metadata={"help": "AR's α for the ar and ar+lopti methods."})
+    eta: float = field(default=LOPTI_ETA, metadata={"help": "Lopti's probability threshold η."})
+    eps_low: float = field(default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate."})
+    eps_high: float = field(default=EPS_HIGH, metadata={"help": "Upper clip range ε_high of the surrogate."})
+    dual_clip: float = field(default=DUAL_CLIP, metadata={"help": "Dual-clip constant c for negative advantages."})
+    micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
+    methods: tuple[str, ...] = field(
+        default=PAPER_METHODS,
+        metadata={
+            "help": "Methods whose update is compared, as `lopti compare --variants` names them: grpo, ar, lopti, "
+            "the credit presets (stapo, high_entropy, entropyNN, clip_cov, kl_cov, w_reinforce, tr_grpo, stare) "
+            "and their combinations with '+' (ar+lopti, ar+stapo); docs/token-credit.md."
+        },
+    )
+    # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
+    # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
+    dtype: str = field(default="float64", metadata={"help": "Weights' dtype: float64 (exact) or float32 (faster)."})
+
+    def check(self) -> None:
+        """Raise a ValueError naming the first bad setting."""
+        self.edges = check_edges(self.edges)
+        self.optimizers, self.methods = _names(self.optimizers), _names(self.methods)
+        unknown = [n for n in self.optimizers if n not in OPTIMIZERS]
+        if unknown or not self.optimizers:
+            problem = f"unknown {', '.join(unknown)}" if unknown else "none given"
+            raise ValueError(f"optimizers: {problem}; choose from {', '.join(OPTIMIZERS)}")
+        if not self.methods:
+            raise ValueError(f"methods: none given; choose from {', '.join(PAPER_METHODS)} or a credit preset")
+        for name in self.methods:
+            try:
+                parse_method(name)
+            except ValueError as error:
+                raise ValueError(f"methods: {error}") from None
+        self.methods = tuple(name.strip().lower() for name in self.methods)  # result keys: one spelling
+        repeated = sorted({n for n in self.methods if self.methods.count(n) > 1})
+        if repeated:
+            raise ValueError(f"methods: {', '.join(repeated)} listed twice")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
+        if self.lr <= 0 or self.adam_lr <= 0 or self.micro_batch < 1:
+            raise ValueError(
+                f"lr, adam_lr and micro_batch must be positive, got {self.lr}, {self.adam_lr} and {self.micro_batch}"
+            )
+        if "adamw_warm" in self.optimizers and self.warmup_updates < 1:
+            raise ValueError(f"optimizer adamw_warm needs warmup_updates ≥ 1, got {self.warmup_updates}")

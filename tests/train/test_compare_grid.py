@@ -1,0 +1,162 @@
+"""`lopti compare --grid`: parsing, layout, reuse of plain comparisons, refusal, resuming and the summary."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lopti.cli import main
+from lopti.commands import compare
+from lopti.commands.compare_report import curve_panels, write_compare_report
+from lopti.commands.grid import parse_grid, write_grid_summary
+
+
+def evaluation(accuracy, format_error=0.0):
+    return {
+        "group": "people",
+        "per_group": {"3": {"accuracy": accuracy}},
+        "overall": {"accuracy": accuracy, "format_error": format_error},
+    }
+
+
+def fake_training(settings):
+    """Write the outputs of a finished run, its accuracy made from the learning rate and the seed."""
+    run_dir = Path(settings["output_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "rewards/logic_rl/mean": 0.5}) + "\n")
+    (run_dir / "run.json").write_text("{}")
+    (run_dir / "eval_before.json").write_text(json.dumps(evaluation(0.0)))
+    after = evaluation(settings["learning_rate"] * 100 + settings["seed"] / 100)
+    (run_dir / "eval_after.json").write_text(json.dumps(after))
+    (run_dir / "report.md").write_text("report")
+
+
+def test_parse_grid_checks_keys_and_values_as_lopti_train_does():
+    assert parse_grid("learning_rate=1e-4, 3e-4; temperature=0.7,1", {}) == {
+        "learning_rate": ["1e-4", "3e-4"],
+        "temperature": ["0.7", "1"],
+    }
+    problems = {
+        "learning_rte=1e-4": "--grid: unknown key(s) 'learning_rte' (did you mean learning_rate",
+        "learning_rate=1e-4,abc": "--grid learning_rate: learning_rate must be a finite number, got 'abc'",
+        "learning_rate=1e-4,-1": "--grid learning_rate: learning_rate must be ≥ 0, got -1",
+        "learning_rate=1e-4,0.0001": "--grid learning_rate: 1e-4, 0.0001 are the same value",
+        "seed=1,2": "--grid seed: set by each variant or by compare",
+        "learning_rate": "--grid 'learning_rate': expected KEY=V1,V2,...",
+        "max_steps=4,": "--grid max_steps: empty value in '4,'",
+    }
+    for text, says in problems.items():
+        with pytest.raises(ValueError) as error:
+            parse_grid(text, {})
+        assert says in str(error.value), (text, str(error.value))
+    with pytest.raises(ValueError, match="--grid learning_rate: also given as --learning_rate"):
+        parse_grid("learning_rate=1e-4", {"learning_rate": 0.1})
+
+
+def test_grid_layout_reuses_plain_comparisons_resumes_and_refuses(tmp_path, monkeypatch, capsys):
+    trained = []
+
+    def record(settings):
+        trained.append(settings["output_dir"])
+        fake_training(settings)
+
+    monkeypatch.setattr(compare, "train_settings", record)
+    out = tmp_path / "sweep"
+    common = ["compare", "--variants", "grpo,ar", "--seeds", "0,1", "--max_steps", "4"]
+    # a point made by a plain comparison first
+    assert main([*common, "--learning_rate", "3e-4", "--out", str(out / "learning_rate=3e-4")]) == 0
+    assert len(trained) == 4
+    trained.clear()
+    grid = [*common, "--grid", "learning_rate=1e-4,3e-4", "--out", str(out)]
+    assert main(grid) == 0
+    assert sorted(Path(p).relative_to(out).as_posix() for p in trained) == [
+        f"learning_rate=1e-4/runs/{run}" for run in ("ar-s0", "ar-s1", "grpo-s0", "grpo-s1")
+    ]
+    point = out / "learning_rate=1e-4"
+    assert json.loads((point / "compare.json").read_text())["base"]["learning_rate"] == 1e-4
+    assert (point / "results.md").is_file() and (point / "curves.png").is_file()
+    expected = f"lopti compare {' '.join(common[1:])} --learning_rate 1e-4 --out {point}"
+    assert (point / "command.txt").read_text().strip() == expected
+    stored = json.loads((out / "grid.json").read_text())
+    assert (stored["grid"], stored["variants"], stored["seeds"]) == (
+        {"learning_rate": ["1e-4", "3e-4"]},
+        ["grpo", "ar"],
+        [0, 1],
+    )
+    assert stored["results"]["points"]["learning_rate=3e-4"]["variants"]["ar"]["accuracy"][0] == pytest.approx(0.035)
+    assert "| grpo | 1.5 ± 0.7 (0/2 collapsed) | 3.5 ± 0.7 (0/2 collapsed) |" in (out / "grid.md").read_text()
+    assert (out / "grid.png").stat().st_size > 1000
+
+    # rerun: nothing left to train; a run that lost its evaluation is redone alone
+    trained.clear()
+    assert main(grid) == 0 and trained == []
+    (point / "runs" / "ar-s1" / "eval_after.json").unlink()
+    assert main(grid) == 0
+    assert trained == [str(point / "runs" / "ar-s1")]
+    assert "learning_rate=1e-4/grpo-s0: finished, skipped" in capsys.readouterr().out
+
+    # another grid in the same folder is refused, and so is a grid over a plain comparison
+    assert main([*common, "--grid", "learning_rate=1e-4,1e-3", "--out", str(out)]) == 2
+    assert "holds a grid with other settings (grid differ)" in capsys.readouterr().err
+    assert main([*grid[:-1], str(point)]) == 2
+    assert "is not empty and holds no lopti grid" in capsys.readouterr().err
+
+
+def test_grid_summary_means_std_and_collapsed_share(tmp_path):
+    identity = {
+        "base": {},
+        "grid": {"learning_rate": ["1e-4", "1e-3"]},
+        "variants": ["grpo", "lopti"],
+        "seeds": [0, 1, 2],
+    }
+    (tmp_path / "grid.json").write_text(json.dumps(identity))
+    runs = {  # warm start 25%; collapsed: below it, or format errors above 5% (exactly 5% is not)
+        "grpo-s0": ("grpo", 0.20, 0.0),
+        "grpo-s1": ("grpo", 0.40, 0.06),
+        "grpo-s2": ("grpo", 0.30, 0.05),
+        "lopti-s0": ("lopti", 0.30, 0.0),
+    }
+    point = tmp_path / "learning_rate=1e-3"
+    point.mkdir()
+    fabricated = {
+        name: {"variant": v, "before": evaluation(0.25), "after": evaluation(a, f)} for name, (v, a, f) in runs.items()
+    }
+    (point / "results.json").write_text(json.dumps({"runs": fabricated}))
+    table = write_grid_summary(tmp_path, "lopti compare --grid learning_rate=1e-4,1e-3")
+    results = json.loads((tmp_path / "grid.json").read_text())["results"]["points"]
+    assert list(results) == ["learning_rate=1e-3"]
+    grpo, lopti = results["learning_rate=1e-3"]["variants"]["grpo"], results["learning_rate=1e-3"]["variants"]["lopti"]
+    assert grpo["accuracy"] == pytest.approx([0.3, 0.1])  # sample std of 0.2, 0.4, 0.3
+    assert grpo["collapsed"] == pytest.approx(2 / 3) and grpo["collapsed_runs"] == ["grpo-s0", "grpo-s1"]
+    assert (lopti["seeds"], lopti["accuracy"], lopti["collapsed"]) == (1, [0.3, 0.0], 0.0)
+    assert (
+        "| grpo | – | 30.0 ± 10.0 (2/3 collapsed) |" in table and "| lopti | – | 30.0 ± 0.0 (0/1 collapsed) |" in table
+    )
+    assert (tmp_path / "grid.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "grid.json").read_text())["grid"] == identity["grid"]  # the identity stays
+
+
+def test_curves_gain_update_quality_panels_only_when_logged(tmp_path):
+    rewards = {"rewards/logic_rl/mean", "loss"}
+    assert curve_panels(rewards) == [{"logic_rl": "rewards/logic_rl/mean"}]
+    logged = rewards | {
+        "quality/correct_pos_[0.00,0.50)",
+        "quality/correct_pos_all",
+        "quality/dlogp_neg_all",
+        "quality/phase1/correct_pos_all",
+    }
+    assert curve_panels(logged)[1:] == [
+        {"correct_pos [0.00,0.50)": "quality/correct_pos_[0.00,0.50)", "correct_pos all": "quality/correct_pos_all"},
+        {"dlogp_neg all": "quality/dlogp_neg_all"},
+    ]
+    run_dir = tmp_path / "runs" / "lopti-s0"
+    run_dir.mkdir(parents=True)
+    lines = [{"step": 2 * s, "rewards/logic_rl/mean": s / 4, "quality/correct_pos_all": 0.5 + s / 10} for s in range(4)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    results = {
+        "runs": {"lopti-s0": {"variant": "lopti"}},
+        "summary": {"lopti": {"seeds": 1, "all": [0.3, 0], "before": [0.1, 0]}},
+        "group": "people",
+    }
+    write_compare_report(tmp_path, results, "lopti compare", {"max_steps": 8})
+    assert (tmp_path / "curves.png").stat().st_size > 1000
