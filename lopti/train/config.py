@@ -103,6 +103,15 @@ class LoptiGRPOConfig(GRPOConfig):
             "after phase 1's update alone (a second extra forward). 0 (default) turns it off."
         },
     )
+    pack_prompts: bool = field(
+        default=True,
+        metadata={
+            "help": "On the CPU, run the log-prob forwards (update, old and reference) with each prompt once per "
+            "group of completions instead of once per completion (lopti/train/packing.py): the same log-probs and "
+            "gradients up to float rounding, in about a third of the time. Has no effect on other devices, or for "
+            "PEFT, vision and non-sdpa models. False runs TRL's padded forward."
+        },
+    )
     max_nonfinite_losses: int = field(
         default=3,
         metadata={

@@ -37,6 +37,7 @@ from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.core.objective import BUILT_IN_STEPS
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import TrainingGuard
+from lopti.train.packing import packed_log_probs
 from lopti.train.update_quality import UpdateQuality
 
 AGGREGATION_OF_LOSS_TYPE = {
@@ -167,19 +168,48 @@ class LoptiGRPOTrainer(GRPOTrainer):
 
         model.forward = forward
 
-    # --- Observes TRL's log-prob pass: keeps log Σ p² of the same tokens, and the loss pass's log-probs.
+    # --- TRL's log-prob pass, packed on the CPU (lopti/train/packing.py); keeps log Σ p² of the same tokens,
+    # and the loss pass's log-probs.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        self._log_sum_sq_parts = []
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
-        parts, self._log_sum_sq_parts = self._log_sum_sq_parts, None
-        # the reference model has no wrapper: nothing is collected, and the (1 − π) bound is the fallback
-        complete = bool(parts) and all(p is not None for p in parts) and sum(len(p) for p in parts) == len(logps)
-        self._log_sum_sq_probs = torch.cat([p[:, -logits_to_keep:] for p in parts]) if complete else None
+        packed = self._packed_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        if packed is not None:
+            logps, entropies, self._log_sum_sq_probs = packed
+            aux_loss = None
+        else:
+            self._log_sum_sq_parts = []
+            logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+            parts, self._log_sum_sq_parts = self._log_sum_sq_parts, None
+            # the reference model has no wrapper: nothing is collected, and the (1 − π) bound is the fallback
+            complete = bool(parts) and all(p is not None for p in parts) and sum(len(p) for p in parts) == len(logps)
+            self._log_sum_sq_probs = torch.cat([p[:, -logits_to_keep:] for p in parts]) if complete else None
         if logps.requires_grad:
             self._training_logps = logps.detach()
         return logps, entropies, aux_loss
+
+    def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+                      **others):  # fmt: skip
+        """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply:
+        off, not on the CPU (GPU numerics stay TRL's), extra model inputs (images, MoE loss), PEFT or non-sdpa."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        if (
+            not self.args.pack_prompts
+            or input_ids.device.type != "cpu"
+            or any(value is not None and value is not False for value in others.values())
+            or is_peft_model(unwrapped)
+            or unwrapped.config._attn_implementation != "sdpa"
+        ):
+            return None
+        with self.accelerator.autocast():
+            packed = packed_log_probs(
+                model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
+                batch_size or len(input_ids),
+            )  # fmt: skip
+        if packed is None:
+            return None
+        logps, entropies, log_sum_sq = packed
+        return logps, entropies if compute_entropy else None, log_sum_sq
 
     # --- Observes each micro-step for the update-quality metrics; TRL's step itself is unchanged.
     def training_step(self, model, inputs, num_items_in_batch):
