@@ -1,4 +1,4 @@
-"""Log-prob forwards with each prompt once per group: the CPU fast path of the update (docs/performance.md).
+"""Each prompt once per group in the forwards: the CPU fast path of rollout and update (docs/performance.md).
 
 A generated batch holds every prompt `num_generations` times, and TRL's forward runs each row in full, so
 most of its tokens are copies of the same prompt (about two thirds for the default recipe, plus the padding).
@@ -8,14 +8,18 @@ Each completion token's log-prob is then the same function of the weights as in 
 depends on relative positions only, and left padding only shifts them), and the gradient reaching the shared
 prompt is the sum of what its copies would get; only float rounding differs. The prompt's last token is
 repeated at the head of each completion's segment, because it is the token whose hidden state predicts that
-completion's first token.
+completion's first token. Generation likewise runs each distinct prompt's prefill once and copies its KV cache
+to the rows that repeat it (`shared_prefill_generate`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
+from accelerate.utils import is_peft_model
+from transformers import DynamicCache
 
 IGNORED = -100  # the label the fused LM head skips
 
@@ -152,3 +156,75 @@ def packed_log_probs(
         fields = (result.log_probs, result.entropy, getattr(result, "log_sum_sq_probs", None))
         outputs.append([unpack(values, packed, rows, completion_length) for values in fields])
     return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*outputs, strict=True))
+
+
+def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool) -> bool:
+    """Return True where the packed paths may run: asked for, on the CPU (other devices keep TRL's numerics), on
+    a plain (not PEFT) model whose sdpa attention takes the 4D masks."""
+    return (
+        enabled
+        and device.type == "cpu"
+        and not is_peft_model(model)
+        and getattr(model.config, "_attn_implementation", None) == "sdpa"
+    )
+
+
+def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
+    """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)`, with each distinct left-padded prompt's
+    prefill run once and its KV cache copied to every row that repeats it.
+
+    The prefill uses the position ids generate itself derives from the mask, and the prompt's last token is left
+    to generate, whose first step then samples from it as usual; sampling draws the same random numbers.
+    """
+    generate = type(model).generate
+    distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids) or input_ids.size(1) < 2 or "cache" in kwargs or "past_key_values" in kwargs:
+        return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    first = torch.stack([(group_of_row == group).nonzero()[0, 0] for group in range(len(distinct))])
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for left padding
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(
+            input_ids=input_ids[first, :-1], attention_mask=attention_mask[first, :-1],
+            position_ids=positions[first, :-1], cache=cache, use_cache=True, logits_to_keep=1,
+        )  # fmt: skip
+    cache.batch_select_indices(group_of_row)
+    return generate(model, input_ids=input_ids, attention_mask=attention_mask, cache=cache, **kwargs)
+
+
+class PackedForwards:
+    """Mixin for TRL's GRPOTrainer: its rollout and log-prob forwards with each prompt once per group on the CPU.
+
+    `_packed_logps` is for the trainer's `_get_per_token_logps_and_entropies` to try first; `_generate_single_turn`
+    (a TRL private method, guarded by tests/train/test_trl_contract.py) wraps TRL's rollout.
+    """
+
+    def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+                      **others):  # fmt: skip
+        """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
+        (`packing_applies`, or extra model inputs: images, the MoE loss)."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        if not packing_applies(unwrapped, input_ids.device, self.args.pack_prompts) or any(
+            value is not None and value is not False for value in others.values()
+        ):
+            return None
+        with self.accelerator.autocast():
+            packed = packed_log_probs(
+                model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
+                batch_size or len(input_ids),
+            )  # fmt: skip
+        return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
+
+    # --- CPU fast path of TRL's rollout: each distinct prompt's prefill once (`shared_prefill_generate`).
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        plain = images is None and not multimodal_fields and self.args.cache_implementation is None
+        if not (plain and packing_applies(model, self.accelerator.device, self.args.pack_prompts)) or (
+            self.use_vllm or self.use_transformers_continuous_batching
+        ):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        model.generate = functools.partial(shared_prefill_generate, model)  # TRL calls model.generate(...)
+        try:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        finally:
+            del model.generate

@@ -10,6 +10,8 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` also keeps log Σ p² from
 the fused LM head (the exact gradient share), and `training_step` hands each micro-batch to the
 update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks for it.
+On the CPU, `PackedForwards` (lopti/train/packing.py) runs the rollout's prefill and the log-prob forwards
+with each prompt once per group: the same numbers up to float rounding, in less time.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.core.objective import BUILT_IN_STEPS
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import TrainingGuard
-from lopti.train.packing import packed_log_probs
+from lopti.train.packing import PackedForwards
 from lopti.train.update_quality import UpdateQuality
 
 AGGREGATION_OF_LOSS_TYPE = {
@@ -103,7 +105,7 @@ def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep]
     return named
 
 
-class LoptiGRPOTrainer(GRPOTrainer):
+class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
@@ -187,29 +189,6 @@ class LoptiGRPOTrainer(GRPOTrainer):
         if logps.requires_grad:
             self._training_logps = logps.detach()
         return logps, entropies, aux_loss
-
-    def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-                      **others):  # fmt: skip
-        """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply:
-        off, not on the CPU (GPU numerics stay TRL's), extra model inputs (images, MoE loss), PEFT or non-sdpa."""
-        unwrapped = self.accelerator.unwrap_model(model)
-        if (
-            not self.args.pack_prompts
-            or input_ids.device.type != "cpu"
-            or any(value is not None and value is not False for value in others.values())
-            or is_peft_model(unwrapped)
-            or unwrapped.config._attn_implementation != "sdpa"
-        ):
-            return None
-        with self.accelerator.autocast():
-            packed = packed_log_probs(
-                model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
-                batch_size or len(input_ids),
-            )  # fmt: skip
-        if packed is None:
-            return None
-        logps, entropies, log_sum_sq = packed
-        return logps, entropies if compute_entropy else None, log_sum_sq
 
     # --- Observes each micro-step for the update-quality metrics; TRL's step itself is unchanged.
     def training_step(self, model, inputs, num_items_in_batch):

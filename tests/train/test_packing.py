@@ -5,9 +5,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
-import lopti.train.trainer as trainer_module
+import lopti.train.packing as packing_module
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.packing import pack_shared_prompts, packed_log_probs
+from lopti.train.packing import pack_shared_prompts, packed_log_probs, shared_prefill_generate
 from lopti.train.trainer import LoptiGRPOTrainer
 
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
@@ -123,14 +123,22 @@ def test_packed_training_matches_padded_training(peaked_model_dir, kk_prompts, t
         calls.append(result is not None)
         return result
 
-    monkeypatch.setattr(trainer_module, "packed_log_probs", counting)
+    monkeypatch.setattr(packing_module, "packed_log_probs", counting)
+    prefills = []
+
+    def counting_prefills(model, input_ids, attention_mask, **kwargs):
+        prefills.append(len(input_ids))
+        return shared_prefill_generate(model, input_ids, attention_mask, **kwargs)
+
+    monkeypatch.setattr(packing_module, "shared_prefill_generate", counting_prefills)
     padded = make(peaked_model_dir, kk_prompts, tmp_path, pack_prompts=False)
     padded.train()
-    assert calls == []
+    assert calls == [] and prefills == []
     packed = make(peaked_model_dir, kk_prompts, tmp_path, pack_prompts=True)
     packed.train()
     # per generated batch: the old log-probs, the reference's (β > 0), one pass per Lopti phase
     assert calls == [True] * 8
+    assert prefills == [8, 8]  # one rollout per generated batch, through the shared prefill
     assert logged(packed, "loss") == pytest.approx(logged(padded, "loss"), abs=1e-6)
     assert logged(packed, "grad_norm") == pytest.approx(logged(padded, "grad_norm"), rel=1e-4)
     assert logged(packed, "probs/grad_share_[0.00,0.25)") == pytest.approx(
@@ -149,3 +157,23 @@ def test_packing_is_cpu_only(tiny_model_dir, kk_prompts, tmp_path):
     # another device keeps TRL's forward (and its numerics): checked before anything runs
     assert trainer._packed_logps(trainer.model, ids.to("meta"), mask.to("meta"), 7) is None
     assert trainer._packed_logps(trainer.model, ids, mask, 7, pixel_values=torch.zeros(1)) is None
+
+
+def test_shared_prefill_samples_what_generate_samples(tiny_model_dir):
+    from transformers import GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids, mask = grouped_batch(model.config.vocab_size, [9, 14, 5], group=4, completion_length=1)
+    ids, mask = ids[:, :-1], mask[:, :-1]  # prompts only, left-padded
+    config = GenerationConfig(max_new_tokens=12, do_sample=True, temperature=1.0, top_k=0, pad_token_id=0)
+    forwards = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: forwards.append(len(kwargs["input_ids"])),
+                                    with_kwargs=True)  # fmt: skip
+    outputs = []
+    for generate in (type(model).generate, shared_prefill_generate):
+        torch.manual_seed(0)
+        with torch.no_grad():
+            outputs.append(generate(model, input_ids=ids, attention_mask=mask, generation_config=config))
+    assert torch.equal(outputs[1], outputs[0])  # the same tokens from the same random numbers
+    # plain: 12 steps of 12 rows; shared: one prefill of the 3 distinct prompts, then 12 steps of 12 rows
+    assert forwards == [12] * 12 + [3] + [12] * 12
