@@ -1,4 +1,4 @@
-"""Where the time of one generated batch of the default recipe goes, with and without `pack_prompts`.
+"""Where the time of one generated batch of the default recipe goes, with and without `cpu_fast_path`.
 
 Builds the trainer exactly as `lopti train` does (lopti/configs/kk-tiny-cpu.yaml, the cached warm-started tiny
 model), trains `--batches` generated batches (two Lopti passes each) per variant, variants alternating over
@@ -55,10 +55,10 @@ def timed(times: dict, label: str, func):
     return wrapper
 
 
-def one_run(batches: int, pack_prompts: bool) -> dict[str, float]:
+def one_run(batches: int, cpu_fast_path: bool) -> dict[str, float]:
     """Train `batches` generated batches of the default; return median seconds per batch of each component."""
-    overrides = {"max_steps": 2 * batches, "output_dir": f"/tmp/lopti-bench/profile-{pack_prompts}",
-                 "report_to": [], "save_strategy": "no", "pack_prompts": pack_prompts}  # fmt: skip
+    overrides = {"max_steps": 2 * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
+                 "report_to": [], "save_strategy": "no", "cpu_fast_path": cpu_fast_path}  # fmt: skip
     run, trainer_kwargs = split(resolve(DEFAULT_RECIPES["kk"], overrides))
     trainer = build_trainer(run, trainer_kwargs)
     times = collections.defaultdict(list)

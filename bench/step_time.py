@@ -8,7 +8,7 @@ The learning rate is tiny (1e-9) so that every variant generates the same comple
 which dominates a CPU step, is then equal across variants and the ratios measure the update. The first RL
 step of each run (warm-up) is dropped; variants run in a rotating order each round.
 
-Issue 19 adds the CPU fast path (`pack_prompts`: each prompt once per group in the log-prob forwards): the
+Issue 19 adds the CPU fast path (`cpu_fast_path`: each prompt once per group in the log-prob forwards): the
 "padded" variants turn it off, so old and new code paths run interleaved in the same run; each variant also
 reports its update throughput against the matmul peak (6 · parameters · tokens · passes / update seconds) and
 its rollout generation speed (completion tokens / seconds in `generate`).
@@ -39,8 +39,8 @@ VARIANTS = {
     "lopti-grpo": (LoptiGRPOTrainer, LoptiGRPOConfig, {}),
     "+ar": (LoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3}),
     "+lopti": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2}),
-    "lopti-grpo padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"pack_prompts": False}),
-    "+lopti padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2, "pack_prompts": False}),
+    "lopti-grpo padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"cpu_fast_path": False}),
+    "+lopti padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2, "cpu_fast_path": False}),
 }
 SHAPES = {  # model -> (completions per batch, group size, completion tokens, K&K template, fixed names)
     "tiny": (64, 8, 48, "terse", True),
@@ -192,7 +192,7 @@ def markdown(results: list[dict], command: str, seconds: float) -> str:
         "",
         f"Produced by `{command}` on this machine ({torch.get_num_threads()} torch threads, CPU) in {seconds:.0f} s. "
         "Ratios are measured side by side in one run (variants interleaved, warm-up step dropped); "
-        'min / median / max over rounds. "padded" variants turn off `pack_prompts` (TRL\'s padded forward).',
+        'min / median / max over rounds. "padded" variants turn off `cpu_fast_path` (TRL\'s padded forward).',
         "",
         "| model | ratio | min / median / max |",
         "|---|---|---|",

@@ -9,7 +9,9 @@ depends on relative positions only, and left padding only shifts them), and the 
 prompt is the sum of what its copies would get; only float rounding differs. The prompt's last token is
 repeated at the head of each completion's segment, because it is the token whose hidden state predicts that
 completion's first token. Generation likewise runs each distinct prompt's prefill once and copies its KV cache
-to the rows that repeat it (`shared_prefill_generate`).
+to the rows that repeat it (`shared_prefill_generate`). And with several passes over a generated batch, the
+first pass's forward runs on the weights that generated it, so its log-probs serve as the old ones and TRL's
+separate old log-prob forward is skipped (`PackedForwards._skips_old_forward`).
 """
 
 from __future__ import annotations
@@ -196,15 +198,33 @@ class PackedForwards:
     """Mixin for TRL's GRPOTrainer: its rollout and log-prob forwards with each prompt once per group on the CPU.
 
     `_packed_logps` is for the trainer's `_get_per_token_logps_and_entropies` to try first; `_generate_single_turn`
-    (a TRL private method, guarded by tests/train/test_trl_contract.py) wraps TRL's rollout.
+    (a TRL private method, guarded by tests/train/test_trl_contract.py) wraps TRL's rollout; `_skips_old_forward`
+    says when the trainer may leave out the old log-prob forward.
     """
+
+    def _skips_old_forward(self) -> bool:
+        """Return True when TRL would run a forward for the old log-probs that the first pass's own forward gives.
+
+        TRL runs it when a generated batch serves more than one optimizer step (num_iterations > 1 or more micro-
+        batches than an accumulation); if the whole first pass is one optimizer step (steps_per_generation equals
+        gradient_accumulation_steps), every micro-batch of that pass still sees the generating weights.
+        """
+        args = self.args
+        trl_runs_it = args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
+        return (
+            trl_runs_it
+            and args.steps_per_generation == args.gradient_accumulation_steps
+            and not self.use_vllm
+            and self.model.training
+            and packing_applies(self.accelerator.unwrap_model(self.model), self.accelerator.device, args.cpu_fast_path)
+        )
 
     def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
                       **others):  # fmt: skip
         """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
         (`packing_applies`, or extra model inputs: images, the MoE loss)."""
         unwrapped = self.accelerator.unwrap_model(model)
-        if not packing_applies(unwrapped, input_ids.device, self.args.pack_prompts) or any(
+        if not packing_applies(unwrapped, input_ids.device, self.args.cpu_fast_path) or any(
             value is not None and value is not False for value in others.values()
         ):
             return None
@@ -219,7 +239,7 @@ class PackedForwards:
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
         plain = images is None and not multimodal_fields and self.args.cache_implementation is None
-        if not (plain and packing_applies(model, self.accelerator.device, self.args.pack_prompts)) or (
+        if not (plain and packing_applies(model, self.accelerator.device, self.args.cpu_fast_path)) or (
             self.use_vllm or self.use_transformers_continuous_batching
         ):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)

@@ -140,6 +140,7 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         self._log_sum_sq_parts: list[torch.Tensor | None] | None = None  # filled while a log-prob pass runs
         self._log_sum_sq_probs: torch.Tensor | None = None  # of the latest log-prob pass, None if unavailable
         self._training_logps: torch.Tensor | None = None  # of the latest pass with gradients (the loss's)
+        self._skip_old_forward = self._old_from_first_pass = False  # CPU fast path: see _generate_and_score_...
         self._keep_log_sum_sq_probs()
         self._update_quality = UpdateQuality(self) if args.update_quality_every > 0 else None
         if self._update_quality is not None:
@@ -173,6 +174,9 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
     # --- TRL's log-prob pass, packed on the CPU (lopti/train/packing.py); keeps log Σ p² of the same tokens,
     # and the loss pass's log-probs.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if self._skip_old_forward and not torch.is_grad_enabled():  # TRL's first no-gradient call: the old log-probs
+            self._skip_old_forward = False
+            return None, None, None
         packed = self._packed_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         if packed is not None:
             logps, entropies, self._log_sum_sq_probs = packed
@@ -204,8 +208,14 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         return self._rewards_per_func
 
     # --- TRL override 2: swap TRL's (B,) advantages for lopti.core's per-token ones if an estimator is set.
+    # With the CPU fast path, TRL's old log-prob forward may be left out (`_skips_old_forward`): the first pass's
+    # log-probs then become the batch's old ones in `_compute_loss`.
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+        self._skip_old_forward = self._old_from_first_pass = self._skips_old_forward()
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._skip_old_forward = False
         if self.args.advantage_estimator is not None and self.model.training:
             output["advantages"] = self._lopti_advantages(output["completion_mask"])
         return output
@@ -240,7 +250,10 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         )
         # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
         old_logps = inputs.get("old_per_token_logps")
-        old_logps = logps.detach() if old_logps is None else old_logps
+        if old_logps is None:
+            old_logps = logps.detach()
+            if self._old_from_first_pass:  # the buffered micro-batch keeps them for the later passes
+                inputs["old_per_token_logps"] = old_logps
         advantages = inputs["advantages"]
         advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
         phase = self.lopti_phase() if self.args.lopti else None

@@ -95,12 +95,12 @@ def id_reward(completions, completion_ids, **kwargs):
     return [sum((k + 1) * i for k, i in enumerate(ids)) % 97 / 97 for ids in completion_ids]
 
 
-def make(folder, prompts, tmp_path, pack_prompts):
+def make(folder, prompts, tmp_path, cpu_fast_path, **overrides):
+    settings = dict(lopti=True, num_iterations=2, ar_alpha=0.3, beta=0.04, max_steps=4) | overrides
     args = LoptiGRPOConfig(
-        output_dir=str(tmp_path / str(pack_prompts)), per_device_train_batch_size=8, num_generations=4,
+        output_dir=str(tmp_path / str(cpu_fast_path)), per_device_train_batch_size=8, num_generations=4,
         max_completion_length=8, learning_rate=1e-3, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
-        seed=0, save_strategy="no", disable_tqdm=True, max_steps=4, lopti=True, num_iterations=2, ar_alpha=0.3,
-        beta=0.04, pack_prompts=pack_prompts,
+        seed=0, save_strategy="no", disable_tqdm=True, cpu_fast_path=cpu_fast_path, **settings,
     )  # fmt: skip
     return LoptiGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(folder),
@@ -131,13 +131,14 @@ def test_packed_training_matches_padded_training(peaked_model_dir, kk_prompts, t
         return shared_prefill_generate(model, input_ids, attention_mask, **kwargs)
 
     monkeypatch.setattr(packing_module, "shared_prefill_generate", counting_prefills)
-    padded = make(peaked_model_dir, kk_prompts, tmp_path, pack_prompts=False)
+    padded = make(peaked_model_dir, kk_prompts, tmp_path, cpu_fast_path=False)
     padded.train()
     assert calls == [] and prefills == []
-    packed = make(peaked_model_dir, kk_prompts, tmp_path, pack_prompts=True)
+    packed = make(peaked_model_dir, kk_prompts, tmp_path, cpu_fast_path=True)
     packed.train()
-    # per generated batch: the old log-probs, the reference's (β > 0), one pass per Lopti phase
-    assert calls == [True] * 8
+    # per generated batch: the reference's log-probs (β > 0) and one pass per Lopti phase; the old log-probs come
+    # from phase 1's forward
+    assert calls == [True] * 6
     assert prefills == [8, 8]  # one rollout per generated batch, through the shared prefill
     assert logged(packed, "loss") == pytest.approx(logged(padded, "loss"), abs=1e-6)
     assert logged(packed, "grad_norm") == pytest.approx(logged(padded, "grad_norm"), rel=1e-4)
@@ -151,7 +152,7 @@ def test_packed_training_matches_padded_training(peaked_model_dir, kk_prompts, t
 
 
 def test_packing_is_cpu_only(tiny_model_dir, kk_prompts, tmp_path):
-    trainer = make(tiny_model_dir, kk_prompts, tmp_path, pack_prompts=True)
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, cpu_fast_path=True)
     ids, mask = grouped_batch(trainer.model.config.vocab_size, [9, 14], group=4, completion_length=7)
     assert trainer._packed_logps(trainer.model, ids, mask, 7) is not None
     # another device keeps TRL's forward (and its numerics): checked before anything runs
@@ -177,3 +178,36 @@ def test_shared_prefill_samples_what_generate_samples(tiny_model_dir):
     assert torch.equal(outputs[1], outputs[0])  # the same tokens from the same random numbers
     # plain: 12 steps of 12 rows; shared: one prefill of the 3 distinct prompts, then 12 steps of 12 rows
     assert forwards == [12] * 12 + [3] + [12] * 12
+
+
+@pytest.mark.parametrize(
+    "settings, fast, skipped",
+    [
+        (dict(), True, True),  # Lopti's two passes, one optimizer step each: phase 1 sees the generating weights
+        (dict(), False, False),  # TRL's own path
+        # one pass over two micro-batches with a step between them: the second sees updated weights
+        (dict(lopti=False, num_iterations=1, steps_per_generation=2, max_steps=2), True, False),
+    ],
+    ids=["lopti", "fast-path-off", "steps-within-a-batch"],
+)
+def test_old_forward_is_skipped_exactly_when_the_first_pass_gives_it(
+    tiny_model_dir, kk_prompts, tmp_path, settings, fast, skipped
+):
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, cpu_fast_path=fast, beta=0.0, **settings)
+    forwards = []
+    logps = trainer._get_per_token_logps_and_entropies
+
+    def recording(*args, **kwargs):
+        result = logps(*args, **kwargs)
+        forwards.append("loss" if torch.is_grad_enabled() else "old" if result[0] is not None else "skipped")
+        return result
+
+    trainer._get_per_token_logps_and_entropies = recording
+    trainer.train()
+    batches = (
+        trainer.state.global_step
+        * trainer.args.gradient_accumulation_steps
+        // (trainer.args.steps_per_generation * trainer.num_iterations)
+    )
+    assert forwards.count("skipped") == (batches if skipped else 0)
+    assert forwards.count("old") == (0 if skipped else batches)

@@ -68,7 +68,7 @@ def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts
         kk_prompts,
         tmp_path,
         max_steps=3,
-        pack_prompts=False,
+        cpu_fast_path=False,
         **settings,
     )
     ours.train()
@@ -97,7 +97,7 @@ class Probe(LoptiGRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if logps.requires_grad:
+        if logps is not None and logps.requires_grad:  # None: the old log-probs' forward, skipped
             logps.retain_grad()
             self._probe_logps, self._probe_entropies = logps, entropies
         return logps, entropies, aux
