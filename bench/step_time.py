@@ -8,6 +8,11 @@ The learning rate is tiny (1e-9) so that every variant generates the same comple
 which dominates a CPU step, is then equal across variants and the ratios measure the update. The first RL
 step of each run (warm-up) is dropped; variants run in a rotating order each round.
 
+Issue 19 adds the CPU fast path (`cpu_fast_path`: each prompt once per group in the log-prob forwards): the
+"padded" variants turn it off, so old and new code paths run interleaved in the same run; each variant also
+reports its update throughput against the matmul peak (6 · parameters · tokens · passes / update seconds) and
+its rollout generation speed (completion tokens / seconds in `generate`).
+
 Run: python bench/step_time.py --models tiny,smollm2-135m --markdown docs/performance.md
 """
 
@@ -34,6 +39,8 @@ VARIANTS = {
     "lopti-grpo": (LoptiGRPOTrainer, LoptiGRPOConfig, {}),
     "+ar": (LoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3}),
     "+lopti": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2}),
+    "lopti-grpo padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"cpu_fast_path": False}),
+    "+lopti padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2, "cpu_fast_path": False}),
 }
 SHAPES = {  # model -> (completions per batch, group size, completion tokens, K&K template, fixed names)
     "tiny": (64, 8, 48, "terse", True),
@@ -102,7 +109,19 @@ def one_run(
         tokens.append(int(out["prompt_mask"].sum() + out["completion_mask"].sum()))
         return out
 
+    rollout: list[float] = []
+    rollout_tokens: list[int] = []
+    generate_single = trainer._generate_single_turn
+
+    def timed_rollout(*args, **kwargs):
+        started = time.perf_counter()
+        completion_ids, logprobs = generate_single(*args, **kwargs)
+        rollout.append(time.perf_counter() - started)
+        rollout_tokens.append(sum(len(ids) for ids in completion_ids))
+        return completion_ids, logprobs
+
     trainer._generate_and_score_completions = timed
+    trainer._generate_single_turn = timed_rollout
     trainer.train()
     whole = [sum(clock.steps[i : i + passes]) for i in range(0, len(clock.steps), passes)]
     update = [w - g for w, g in zip(whole, generation, strict=True)]
@@ -110,95 +129,122 @@ def one_run(
         "whole": statistics.median(whole[1:]),
         "update": statistics.median(update[1:]),
         "tokens": statistics.median(tokens[1:]),  # prompt + completion tokens of one generated batch
+        "passes": passes,
+        "rollout_tokens_per_second": statistics.median(
+            n / t for n, t in zip(rollout_tokens[1:], rollout[1:], strict=True)
+        ),
     }
 
 
-def bench_model(model_name: str, rounds: int, rl_steps: int, peak: float) -> dict:
+RATIOS = [  # (label, numerator, denominator, part): each is reported when both variants ran
+    ("+ AR / TRL (whole step)", "+ar", "trl", "whole"),
+    ("+ AR / TRL (update)", "+ar", "trl", "update"),
+    ("lopti GRPO / TRL (whole)", "lopti-grpo", "trl", "whole"),
+    ("Lopti / GRPO (update per RL step)", "+lopti", "lopti-grpo", "update"),
+    ("packed / padded, lopti GRPO (update)", "lopti-grpo", "lopti-grpo padded", "update"),
+    ("packed / padded, + Lopti (update)", "+lopti", "+lopti padded", "update"),
+    ("packed / padded, + Lopti (whole)", "+lopti", "+lopti padded", "whole"),
+]
+
+
+def bench_model(model_name: str, rounds: int, rl_steps: int, peak: float, variants: list[str]) -> dict:
     path = resolve_model(model_name)
     params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
-    order = list(VARIANTS)
     per_round = []
     for r in range(rounds):
         results = {}
-        for variant in order[r % len(order) :] + order[: r % len(order)]:
+        for variant in variants[r % len(variants) :] + variants[: r % len(variants)]:
             results[variant] = one_run(model_name, path, variant, rl_steps, seed=r)
             print(f"{model_name} round {r} {variant}: {results[variant]}", flush=True)
         per_round.append(results)
 
-    def ratios(numerator: str, denominator: str, part: str) -> list[float]:
-        return [round(res[numerator][part] / res[denominator][part], 3) for res in per_round]
+    def median(variant: str, key: str) -> float:
+        return statistics.median(res[variant][key] for res in per_round)
 
-    base_update = statistics.median(res["trl"]["update"] for res in per_round)
-    tokens = per_round[0]["trl"]["tokens"]
-    flops = 6 * params * tokens / base_update
-    return {
-        "model": model_name,
-        "parameters": params,
-        "rounds": rounds,
-        "median_seconds": {
-            v: {p: statistics.median(res[v][p] for res in per_round) for p in ("whole", "update")} for v in VARIANTS
-        },
-        "ar_vs_trl_whole": ratios("+ar", "trl", "whole"),
-        "ar_vs_trl_update": ratios("+ar", "trl", "update"),
-        "lopti_vs_grpo_update": ratios("+lopti", "lopti-grpo", "update"),
-        "lopti_grpo_vs_trl_whole": ratios("lopti-grpo", "trl", "whole"),
-        "update_tokens_per_second": tokens / base_update,
-        "update_flops": flops,
-        "matmul_peak_flops": peak,
+    per_variant = {}
+    for v in variants:
+        update = median(v, "update")
+        flops = 6 * params * per_round[0][v]["tokens"] * per_round[0][v]["passes"] / update
+        per_variant[v] = {
+            "whole": median(v, "whole"),
+            "update": update,
+            "update_tokens_per_second": per_round[0][v]["tokens"] * per_round[0][v]["passes"] / update,
+            "update_flops": flops,
+            "of_peak": flops / peak,
+            "rollout_tokens_per_second": median(v, "rollout_tokens_per_second"),
+        }
+    ratios = {
+        label: [round(res[a][part] / res[b][part], 3) for res in per_round]
+        for label, a, b, part in RATIOS
+        if a in variants and b in variants
     }
+    return {"model": model_name, "parameters": params, "rounds": rounds, "variants": per_variant, "ratios": ratios,
+            "matmul_peak_flops": peak}  # fmt: skip
 
 
 def spread(values: list[float]) -> str:
     return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
 
 
-def markdown(results: list[dict], command: str) -> str:
+def markdown(results: list[dict], command: str, seconds: float) -> str:
     lines = [
         "# Performance",
         "",
-        f"Produced by `{command}` on this machine ({torch.get_num_threads()} torch threads, CPU). "
+        f"Produced by `{command}` on this machine ({torch.get_num_threads()} torch threads, CPU) in {seconds:.0f} s. "
         "Ratios are measured side by side in one run (variants interleaved, warm-up step dropped); "
-        "min / median / max over rounds.",
+        'min / median / max over rounds. "padded" variants turn off `cpu_fast_path` (TRL\'s padded forward).',
         "",
-        "| model | params | + AR / TRL (whole step) | + AR / TRL (update) | lopti GRPO / TRL (whole) "
-        "| Lopti / GRPO (update per RL step) | update tokens/s | update FLOP/s | of matmul peak |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | ratio | min / median / max |",
+        "|---|---|---|",
     ]
     for r in results:
-        lines.append(
-            f"| {r['model']} | {r['parameters'] / 1e6:.1f} M | {spread(r['ar_vs_trl_whole'])} | "
-            f"{spread(r['ar_vs_trl_update'])} | {spread(r['lopti_grpo_vs_trl_whole'])} | "
-            f"{spread(r['lopti_vs_grpo_update'])} | {r['update_tokens_per_second']:.0f} | "
-            f"{r['update_flops'] / 1e9:.1f} G | {100 * r['update_flops'] / r['matmul_peak_flops']:.0f}% |"
-        )
+        lines += [f"| {r['model']} | {label} | {spread(values)} |" for label, values in r["ratios"].items()]
     lines += [
         "",
-        "Targets: + AR ≤ 1.03× plain TRL; Lopti's update phase ≤ 2.05× GRPO's. The update FLOP/s count "
-        "6 · parameters · (prompt + completion tokens) per RL step of plain TRL against the best measured "
-        f"1024² float32 matmul ({results[0]['matmul_peak_flops'] / 1e9:.0f} GFLOP/s).",
-        "",
-        "Median seconds per RL step (whole step / update only):",
-        "",
+        "| model | variant | whole step s | update s | update tokens/s | update FLOP/s | of matmul peak "
+        "| rollout tokens/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        cells = ", ".join(f"{v} {t['whole']:.2f} / {t['update']:.2f}" for v, t in r["median_seconds"].items())
-        lines.append(f"- {r['model']}: {cells}")
+        for v, t in r["variants"].items():
+            lines.append(
+                f"| {r['model']} ({r['parameters'] / 1e6:.1f} M) | {v} | {t['whole']:.2f} | {t['update']:.2f} | "
+                f"{t['update_tokens_per_second']:.0f} | {t['update_flops'] / 1e9:.1f} G | {100 * t['of_peak']:.0f}% | "
+                f"{t['rollout_tokens_per_second']:.0f} |"
+            )
+    lines += [
+        "",
+        "Update FLOP/s count 6 · parameters · (prompt + completion tokens) · update passes per RL step, the work of "
+        "TRL's padded forward without its padding, against the best measured 1024² float32 matmul "
+        f"({results[0]['matmul_peak_flops'] / 1e9:.0f} GFLOP/s); packed variants do less work than that (each "
+        "prompt once per group), so their share can pass 100%. Rollout tokens/s: completion tokens per second "
+        "inside TRL's `generate`.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny", help="comma-separated: tiny, smollm2-135m")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rl_steps", type=int, default=3, help="RL steps per run; the first is dropped")
     parser.add_argument("--markdown", help="write the results table to this file")
     args = parser.parse_args()
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    started = time.perf_counter()
     peak = matmul_peak()
-    results = [bench_model(m, args.rounds, args.rl_steps, peak) for m in args.models.split(",")]
+    results = [bench_model(m, args.rounds, args.rl_steps, peak, variants) for m in args.models.split(",")]
     print(json.dumps(results, indent=1))
     if args.markdown:
-        command = f"python bench/step_time.py --models {args.models} --rounds {args.rounds} --rl_steps {args.rl_steps}"
-        Path(args.markdown).write_text(markdown(results, command + f" --markdown {args.markdown}"))
+        command = (
+            f"python bench/step_time.py --models {args.models} --variants '{args.variants}' --rounds {args.rounds} "
+            f"--rl_steps {args.rl_steps} --markdown {args.markdown}"
+        )
+        Path(args.markdown).write_text(markdown(results, command, time.perf_counter() - started))
 
 
 if __name__ == "__main__":

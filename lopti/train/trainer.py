@@ -10,6 +10,8 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` also keeps log Σ p² from
 the fused LM head (the exact gradient share), and `training_step` hands each micro-batch to the
 update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks for it.
+On the CPU, `PackedForwards` (lopti/train/packing.py) runs the rollout's prefill and the log-prob forwards
+with each prompt once per group: the same numbers up to float rounding, in less time.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.core.objective import BUILT_IN_STEPS, credit_shares
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import TrainingGuard
+from lopti.train.packing import PackedForwards
 from lopti.train.update_quality import UpdateQuality
 
 AGGREGATION_OF_LOSS_TYPE = {
@@ -102,7 +105,7 @@ def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep]
     return named
 
 
-class LoptiGRPOTrainer(GRPOTrainer):
+class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
@@ -137,6 +140,7 @@ class LoptiGRPOTrainer(GRPOTrainer):
         self._log_sum_sq_parts: list[torch.Tensor | None] | None = None  # filled while a log-prob pass runs
         self._log_sum_sq_probs: torch.Tensor | None = None  # of the latest log-prob pass, None if unavailable
         self._training_logps: torch.Tensor | None = None  # of the latest pass with gradients (the loss's)
+        self._skip_old_forward = self._old_from_first_pass = False  # CPU fast path: see _generate_and_score_...
         self._keep_log_sum_sq_probs()
         self._update_quality = UpdateQuality(self) if args.update_quality_every > 0 else None
         if self._update_quality is not None:
@@ -167,16 +171,25 @@ class LoptiGRPOTrainer(GRPOTrainer):
 
         model.forward = forward
 
-    # --- Observes TRL's log-prob pass: keeps log Σ p² of the same tokens, and the loss pass's log-probs.
+    # --- TRL's log-prob pass, packed on the CPU (lopti/train/packing.py); keeps log Σ p² of the same tokens,
+    # and the loss pass's log-probs.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        self._log_sum_sq_parts = []
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
-        parts, self._log_sum_sq_parts = self._log_sum_sq_parts, None
-        # the reference model has no wrapper: nothing is collected, and the (1 − π) bound is the fallback
-        complete = bool(parts) and all(p is not None for p in parts) and sum(len(p) for p in parts) == len(logps)
-        self._log_sum_sq_probs = torch.cat([p[:, -logits_to_keep:] for p in parts]) if complete else None
+        if self._skip_old_forward and not torch.is_grad_enabled():  # TRL's first no-gradient call: the old log-probs
+            self._skip_old_forward = False
+            return None, None, None
+        packed = self._packed_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        if packed is not None:
+            logps, entropies, self._log_sum_sq_probs = packed
+            aux_loss = None
+        else:
+            self._log_sum_sq_parts = []
+            logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+            parts, self._log_sum_sq_parts = self._log_sum_sq_parts, None
+            # the reference model has no wrapper: nothing is collected, and the (1 − π) bound is the fallback
+            complete = bool(parts) and all(p is not None for p in parts) and sum(len(p) for p in parts) == len(logps)
+            self._log_sum_sq_probs = torch.cat([p[:, -logits_to_keep:] for p in parts]) if complete else None
         if logps.requires_grad:
             self._training_logps = logps.detach()
         return logps, entropies, aux_loss
@@ -195,8 +208,14 @@ class LoptiGRPOTrainer(GRPOTrainer):
         return self._rewards_per_func
 
     # --- TRL override 2: swap TRL's (B,) advantages for lopti.core's per-token ones if an estimator is set.
+    # With the CPU fast path, TRL's old log-prob forward may be left out (`_skips_old_forward`): the first pass's
+    # log-probs then become the batch's old ones in `_compute_loss`.
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+        self._skip_old_forward = self._old_from_first_pass = self._skips_old_forward()
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._skip_old_forward = False
         if self.args.advantage_estimator is not None and self.model.training:
             output["advantages"] = self._lopti_advantages(output["completion_mask"])
         return output
@@ -231,7 +250,10 @@ class LoptiGRPOTrainer(GRPOTrainer):
         )
         # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
         old_logps = inputs.get("old_per_token_logps")
-        old_logps = logps.detach() if old_logps is None else old_logps
+        if old_logps is None:
+            old_logps = logps.detach()
+            if self._old_from_first_pass:  # the buffered micro-batch keeps them for the later passes
+                inputs["old_per_token_logps"] = old_logps
         advantages = inputs["advantages"]
         advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
         phase = self.lopti_phase() if self.args.lopti else None

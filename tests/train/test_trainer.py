@@ -59,7 +59,18 @@ def logged(trainer, key):
 def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts, tmp_path, settings):
     plain = make(GRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=3, **settings)
     plain.train()  # build each trainer right before training: construction and training both draw random numbers
-    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=3, **settings)
+    # TRL's padded forward on both sides: lopti's objective is exact; packing (tests/train/test_packing.py) matches
+    # to float rounding only
+    ours = make(
+        LoptiGRPOTrainer,
+        LoptiGRPOConfig,
+        tiny_model_dir,
+        kk_prompts,
+        tmp_path,
+        max_steps=3,
+        cpu_fast_path=False,
+        **settings,
+    )
     ours.train()
     assert logged(ours, "loss") == pytest.approx(logged(plain, "loss"), abs=1e-7)
     assert logged(ours, "grad_norm") == pytest.approx(logged(plain, "grad_norm"), rel=1e-5)
@@ -86,7 +97,7 @@ class Probe(LoptiGRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if logps.requires_grad:
+        if logps is not None and logps.requires_grad:  # None: the old log-probs' forward, skipped
             logps.retain_grad()
             self._probe_logps, self._probe_entropies = logps, entropies
         return logps, entropies, aux

@@ -21,6 +21,8 @@ FINGERPRINTS = {
     "_prepare_inputs": "f824e7fb07147956",
     "training_step": "9e18632f7dd8e8d8",
     "_get_per_token_logps_and_entropies": "ea73c3909275851d",
+    # wrapped on the CPU (lopti/train/packing.py): it must reach the model through `unwrapped_model.generate`
+    "_generate_single_turn": "e0f02e4fc094cefd",
 }
 
 

@@ -1,0 +1,143 @@
+"""Where the time of one generated batch of the default recipe goes, with and without `cpu_fast_path`.
+
+Builds the trainer exactly as `lopti train` does (lopti/configs/kk-tiny-cpu.yaml, the cached warm-started tiny
+model), trains `--batches` generated batches (two Lopti passes each) per variant, variants alternating over
+`--rounds`, drops each run's first batch (warm-up), and prints the median seconds per generated batch of:
+generation (TRL's `generate`), the old log-prob forward (no gradient), rewards, the rest of TRL's scoring
+(advantages, bookkeeping), the update forwards (with gradient), lopti's loss and metrics, backward, and the
+optimizer step with logging. Also the share of padding in the update batches and of prompt tokens among the
+real ones. One torch thread unless OMP_NUM_THREADS says otherwise.
+
+Run: python bench/profile_step.py --batches 3 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import statistics
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from lopti.cli import DEFAULT_RECIPES
+from lopti.commands.settings import resolve, split
+from lopti.commands.train_run import build_trainer
+
+COMPONENTS = (
+    "generation", "old log-prob forward", "rewards", "other scoring", "update forwards", "loss and metrics",
+    "backward", "optimizer step, logging",
+)  # fmt: skip
+
+
+class StepClock(TrainerCallback):
+    def __init__(self, times: dict) -> None:
+        self.times = times
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times["step"].append(time.perf_counter() - self.started)
+
+
+def timed(times: dict, label: str, func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        out = func(*args, **kwargs)
+        times[label].append(time.perf_counter() - started)
+        return out
+
+    return wrapper
+
+
+def one_run(batches: int, cpu_fast_path: bool) -> dict[str, float]:
+    """Train `batches` generated batches of the default; return median seconds per batch of each component."""
+    overrides = {"max_steps": 2 * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
+                 "report_to": [], "save_strategy": "no", "cpu_fast_path": cpu_fast_path}  # fmt: skip
+    run, trainer_kwargs = split(resolve(DEFAULT_RECIPES["kk"], overrides))
+    trainer = build_trainer(run, trainer_kwargs)
+    times = collections.defaultdict(list)
+    for name, label in (("_generate_single_turn", "generate"), ("_generate_and_score_completions", "scoring"),
+                        ("_calculate_rewards", "rewards"), ("training_step", "training_step")):  # fmt: skip
+        setattr(trainer, name, timed(times, label, getattr(trainer, name)))
+    logps = trainer._get_per_token_logps_and_entropies
+
+    def forward(*args, **kwargs):
+        started = time.perf_counter()
+        out = logps(*args, **kwargs)
+        times["forward" if torch.is_grad_enabled() else "old forward"].append(time.perf_counter() - started)
+        return out
+
+    trainer._get_per_token_logps_and_entropies = forward
+    loss = trainer._compute_loss
+
+    def compute_loss(model, inputs):
+        started = time.perf_counter()
+        out = loss(model, inputs)
+        times["compute_loss"].append(time.perf_counter() - started)
+        prompt, completion = inputs["prompt_mask"], inputs["completion_mask"]
+        real = int(prompt.sum() + completion.sum())
+        times["padding share"].append(1 - real / (prompt.numel() + completion.numel()))
+        times["prompt share"].append(int(prompt.sum()) / real)
+        return out
+
+    trainer._compute_loss = compute_loss
+    trainer.add_callback(StepClock(times))
+    trainer.train()
+
+    def per_batch(key: str) -> list[float]:
+        values = times[key]
+        per = len(values) // batches
+        return [sum(values[i * per : (i + 1) * per]) for i in range(1, batches)]  # warm-up batch dropped
+
+    parts = {key: per_batch(key) for key in ("generate", "scoring", "rewards", "old forward", "forward",
+                                             "compute_loss", "training_step", "step")}  # fmt: skip
+    rows = {
+        "generation": parts["generate"],
+        "old log-prob forward": parts["old forward"],
+        "rewards": parts["rewards"],
+        "other scoring": [s - g - o - r for s, g, o, r in zip(
+            parts["scoring"], parts["generate"], parts["old forward"], parts["rewards"], strict=True)],
+        "update forwards": parts["forward"],
+        "loss and metrics": [c - f for c, f in zip(parts["compute_loss"], parts["forward"], strict=True)],
+        "backward": [t - s - c for t, s, c in
+                     zip(parts["training_step"], parts["scoring"], parts["compute_loss"], strict=True)],
+        "optimizer step, logging": [s - t for s, t in zip(parts["step"], parts["training_step"], strict=True)],
+        "whole batch": parts["step"],
+    }  # fmt: skip
+    result = {name: statistics.median(values) for name, values in rows.items()}
+    result["padding share"] = statistics.median(times["padding share"])
+    result["prompt share"] = statistics.median(times["prompt share"])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=3, help="generated batches per run; the first is dropped")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    results: dict[bool, list[dict]] = {False: [], True: []}
+    for r in range(args.rounds):
+        for pack in (False, True) if r % 2 == 0 else (True, False):
+            results[pack].append(one_run(args.batches, pack))
+    median = {pack: {k: statistics.median(res[k] for res in runs) for k in runs[0]} for pack, runs in results.items()}
+    old, new = median[False], median[True]
+    print(f"| component | padded s | share | packed s | share | packed / padded |  ({torch.get_num_threads()} thread)")
+    print("|---|---|---|---|---|---|")
+    for name in (*COMPONENTS, "whole batch"):
+        print(
+            f"| {name} | {old[name]:.2f} | {100 * old[name] / old['whole batch']:.0f}% | {new[name]:.2f} | "
+            f"{100 * new[name] / new['whole batch']:.0f}% | {new[name] / max(old[name], 1e-9):.2f} |"
+        )
+    print(f"padding share of the update batches: {100 * old['padding share']:.0f}%; "
+          f"prompt tokens among the real ones: {100 * old['prompt share']:.0f}%")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Each prompt once per group in the forwards: the CPU fast path of rollout and update (docs/performance.md).
+
+A generated batch holds every prompt `num_generations` times, and TRL's forward runs each row in full, so
+most of its tokens are copies of the same prompt (about two thirds for the default recipe, plus the padding).
+Here each distinct prompt is run once, in a row followed by all its completions: a 4D attention mask lets a
+completion see the prompt and its own earlier tokens only, and its position ids continue from the prompt's.
+Each completion token's log-prob is then the same function of the weights as in TRL's padded batch (RoPE
+depends on relative positions only, and left padding only shifts them), and the gradient reaching the shared
+prompt is the sum of what its copies would get; only float rounding differs. The prompt's last token is
+repeated at the head of each completion's segment, because it is the token whose hidden state predicts that
+completion's first token. Generation likewise runs each distinct prompt's prefill once and copies its KV cache
+to the rows that repeat it (`shared_prefill_generate`). And with several passes over a generated batch, the
+first pass's forward runs on the weights that generated it, so its log-probs serve as the old ones and TRL's
+separate old log-prob forward is skipped (`PackedForwards._skips_old_forward`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from accelerate.utils import is_peft_model
+from transformers import DynamicCache
+
+IGNORED = -100  # the label the fused LM head skips
+
+
+@dataclass
+class PackedRows:
+    """A batch of (prompt, completion) rows packed as one row per distinct prompt.
+
+    `sources` index the packed rows' flattened positions, `targets` the matching flattened (row, completion
+    position) of the original batch: the log-prob computed at `sources[i]` belongs at `targets[i]`.
+    """
+
+    input_ids: torch.Tensor  # (S, L)
+    attention_mask: torch.Tensor  # (S, 1, L, L) bool, True = attend
+    position_ids: torch.Tensor  # (S, L)
+    shift_labels: torch.Tensor  # (S, L): the token each position predicts, IGNORED where none
+    sources: torch.Tensor  # (N,)
+    targets: torch.Tensor  # (N,)
+
+
+def _is_suffix_mask(mask: torch.Tensor) -> bool:
+    """Return True if every row of the 0/1 `mask` is zeros followed by ones (left padding)."""
+    return bool((mask[:, 1:] >= mask[:, :-1]).all())
+
+
+def pack_shared_prompts(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_length: int, pad_token_id: int
+) -> PackedRows | None:
+    """Return the rows packed one per distinct prompt, or None when that saves nothing or cannot be done.
+
+    `input_ids` are left-padded prompts followed by right-padded completions (TRL's layout), the last
+    `completion_length` columns being the completions. Packing needs left-padded prompts whose last column is
+    a real token and completions whose real tokens come first; any other layout returns None.
+    """
+    prompt_mask, completion_mask = attention_mask[:, :-completion_length], attention_mask[:, -completion_length:]
+    if prompt_mask.size(1) == 0 or not _is_suffix_mask(prompt_mask) or not bool(prompt_mask[:, -1].all()):
+        return None
+    if not _is_suffix_mask(completion_mask.flip(1)):
+        return None
+    prompts = input_ids[:, :-completion_length].masked_fill(prompt_mask == 0, -1)
+    distinct, group_of_row = torch.unique(prompts, dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids):
+        return None  # no prompt repeats: the padded batch is as small
+    completion_lengths = completion_mask.sum(dim=1).tolist()
+    prompt_lengths = prompt_mask.sum(dim=1).tolist()
+    width = input_ids.size(1)
+    sequences, sources, targets = [], [], []
+    for group in range(len(distinct)):
+        rows = (group_of_row == group).nonzero().flatten().tolist()
+        prompt = input_ids[rows[0], width - completion_length - prompt_lengths[rows[0]] : width - completion_length]
+        tokens, positions, labels, segment = [prompt[:-1]], [torch.arange(len(prompt) - 1)], [], [0] * (len(prompt) - 1)
+        labels.append(torch.full((len(prompt) - 1,), IGNORED))
+        for index, row in enumerate(rows, start=1):
+            length = completion_lengths[row]
+            if length == 0:
+                continue
+            completion = input_ids[row, width - completion_length : width - completion_length + length]
+            start = len(segment)
+            tokens.append(torch.cat([prompt[-1:], completion[:-1]]))
+            positions.append(torch.arange(len(prompt) - 1, len(prompt) - 1 + length))
+            labels.append(completion)
+            segment += [index] * length
+            sources.append((len(sequences), start, length))
+            targets.append((row, length))
+        sequences.append((torch.cat(tokens), torch.cat(positions), torch.cat(labels), torch.tensor(segment)))
+    packed_length = max(len(tokens) for tokens, *_ in sequences)
+    count = len(sequences)
+    device = input_ids.device
+    packed_ids = torch.full((count, packed_length), pad_token_id, dtype=input_ids.dtype)
+    position_ids = torch.zeros((count, packed_length), dtype=torch.long)
+    shift_labels = torch.full((count, packed_length), IGNORED, dtype=input_ids.dtype)
+    segments = torch.full((count, packed_length), -1, dtype=torch.long)
+    for index, (tokens, positions, labels, segment) in enumerate(sequences):
+        packed_ids[index, : len(tokens)] = tokens
+        position_ids[index, : len(tokens)] = positions
+        shift_labels[index, : len(tokens)] = labels
+        segments[index, : len(tokens)] = segment
+    query, key = segments[:, :, None], segments[:, None, :]
+    causal = torch.ones(packed_length, packed_length, dtype=torch.bool).tril()
+    visible = causal & (query >= 0) & ((key == 0) | (key == query))
+    visible |= torch.eye(packed_length, dtype=torch.bool)  # a padding position sees itself: no empty softmax row
+    source_index = torch.cat([torch.arange(s * packed_length + a, s * packed_length + a + n) for s, a, n in sources])
+    target_index = torch.cat([torch.arange(r * completion_length, r * completion_length + n) for r, n in targets])
+    return PackedRows(
+        input_ids=packed_ids.to(device),
+        attention_mask=visible[:, None].to(device),
+        position_ids=position_ids.to(device),
+        shift_labels=shift_labels.to(device),
+        sources=source_index.to(device),
+        targets=target_index.to(device),
+    )
+
+
+def unpack(values: torch.Tensor | None, packed: PackedRows, rows: int, completion_length: int) -> torch.Tensor | None:
+    """Return per-token `values` of the packed rows laid out as the original (rows, completion_length), 0 elsewhere."""
+    if values is None:
+        return None
+    picked = values.reshape(-1).index_select(0, packed.sources)
+    return (
+        values.new_zeros(rows * completion_length).index_copy(0, packed.targets, picked).view(rows, completion_length)
+    )
+
+
+def packed_log_probs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    pad_token_id: int,
+    chunk_rows: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
+    """Return (log-probs, entropies, log Σ p²) of the completion tokens, as TRL's fused LM head gives them for
+    the padded rows, computed with each prompt once per chunk of `chunk_rows` rows; None if no chunk packs.
+
+    `model` must carry TRL's fused LM head (`add_fused_lm_head`); entropies and log Σ p² are None where the
+    head does not compute them.
+    """
+    chunks = []
+    for start in range(0, input_ids.size(0), chunk_rows):
+        ids, mask = input_ids[start : start + chunk_rows], attention_mask[start : start + chunk_rows]
+        packed = pack_shared_prompts(ids, mask, completion_length, pad_token_id)
+        if packed is None:
+            return None
+        chunks.append((packed, len(ids)))
+    outputs = []
+    for packed, rows in chunks:
+        result = model(
+            input_ids=packed.input_ids,
+            attention_mask=packed.attention_mask,
+            position_ids=packed.position_ids,
+            shift_labels=packed.shift_labels,
+            fused_lm_head=True,
+        )
+        fields = (result.log_probs, result.entropy, getattr(result, "log_sum_sq_probs", None))
+        outputs.append([unpack(values, packed, rows, completion_length) for values in fields])
+    return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*outputs, strict=True))
+
+
+def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool) -> bool:
+    """Return True where the packed paths may run: asked for, on the CPU (other devices keep TRL's numerics), on
+    a plain (not PEFT) model whose sdpa attention takes the 4D masks."""
+    return (
+        enabled
+        and device.type == "cpu"
+        and not is_peft_model(model)
+        and getattr(model.config, "_attn_implementation", None) == "sdpa"
+    )
+
+
+def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
+    """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)`, with each distinct left-padded prompt's
+    prefill run once and its KV cache copied to every row that repeats it.
+
+    The prefill uses the position ids generate itself derives from the mask, and the prompt's last token is left
+    to generate, whose first step then samples from it as usual; sampling draws the same random numbers.
+    """
+    generate = type(model).generate
+    distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids) or input_ids.size(1) < 2 or "cache" in kwargs or "past_key_values" in kwargs:
+        return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    first = torch.stack([(group_of_row == group).nonzero()[0, 0] for group in range(len(distinct))])
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for left padding
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(
+            input_ids=input_ids[first, :-1], attention_mask=attention_mask[first, :-1],
+            position_ids=positions[first, :-1], cache=cache, use_cache=True, logits_to_keep=1,
+        )  # fmt: skip
+    cache.batch_select_indices(group_of_row)
+    return generate(model, input_ids=input_ids, attention_mask=attention_mask, cache=cache, **kwargs)
+
+
+class PackedForwards:
+    """Mixin for TRL's GRPOTrainer: its rollout and log-prob forwards with each prompt once per group on the CPU.
+
+    `_packed_logps` is for the trainer's `_get_per_token_logps_and_entropies` to try first; `_generate_single_turn`
+    (a TRL private method, guarded by tests/train/test_trl_contract.py) wraps TRL's rollout; `_skips_old_forward`
+    says when the trainer may leave out the old log-prob forward.
+    """
+
+    def _skips_old_forward(self) -> bool:
+        """Return True when TRL would run a forward for the old log-probs that the first pass's own forward gives.
+
+        TRL runs it when a generated batch serves more than one optimizer step (num_iterations > 1 or more micro-
+        batches than an accumulation); if the whole first pass is one optimizer step (steps_per_generation equals
+        gradient_accumulation_steps), every micro-batch of that pass still sees the generating weights.
+        """
+        args = self.args
+        trl_runs_it = args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
+        return (
+            trl_runs_it
+            and args.steps_per_generation == args.gradient_accumulation_steps
+            and not self.use_vllm
+            and self.model.training
+            and packing_applies(self.accelerator.unwrap_model(self.model), self.accelerator.device, args.cpu_fast_path)
+        )
+
+    def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+                      **others):  # fmt: skip
+        """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
+        (`packing_applies`, or extra model inputs: images, the MoE loss)."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        if not packing_applies(unwrapped, input_ids.device, self.args.cpu_fast_path) or any(
+            value is not None and value is not False for value in others.values()
+        ):
+            return None
+        with self.accelerator.autocast():
+            packed = packed_log_probs(
+                model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
+                batch_size or len(input_ids),
+            )  # fmt: skip
+        return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
+
+    # --- CPU fast path of TRL's rollout: each distinct prompt's prefill once (`shared_prefill_generate`).
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        plain = images is None and not multimodal_fields and self.args.cache_implementation is None
+        if not (plain and packing_applies(model, self.accelerator.device, self.args.cpu_fast_path)) or (
+            self.use_vllm or self.use_transformers_continuous_batching
+        ):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        model.generate = functools.partial(shared_prefill_generate, model)  # TRL calls model.generate(...)
+        try:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        finally:
+            del model.generate
