@@ -136,6 +136,11 @@ def run_name(variant: str, seed: int) -> str:
     return f"{variant}-s{seed}"
 
 
+# A study may gain variants and seeds later: each run depends only on the base settings, its variant and
+# its seed, so the runs already there stay valid and the reports cover the union.
+GROWABLE = ("variants", "seeds")
+
+
 def study_identity(base: dict[str, Any], variants: list[str], seeds: list[int]) -> dict[str, Any]:
     """Return what compare.json records: what a folder's runs are, so that another study is refused."""
     return {"base": base, "variants": variants, "seeds": seeds}
@@ -147,18 +152,24 @@ def claim_folder(
     """Write `name` (compare.json) in `out`, or check that the one there describes the same study.
 
     An existing folder without it is refused unless it holds only the lock and the entries `allowed`.
-    Keys stored besides the identity's ("results" of grid.json) are not compared.
+    Keys stored besides the identity's ("results" of grid.json) are not compared; variants and seeds not yet
+    recorded are added (GROWABLE), so a later command can extend a study.
     """
     path = out / name
     if path.exists():
-        stored = {k: v for k, v in json.loads(path.read_text()).items() if k != "results"}
-        differing = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
+        stored = json.loads(path.read_text())
+        differing = sorted(
+            k for k in (set(stored) | set(identity)) - {"results", *GROWABLE} if stored.get(k) != identity.get(k)
+        )
         if differing:
             what = "grid" if name == "grid.json" else "comparison"
             raise ValueError(
                 f"{out} holds a {what} with other settings ({', '.join(differing)} differ); "
                 "choose another --out or delete it"
             )
+        grown = {k: stored[k] + [v for v in identity[k] if v not in stored[k]] for k in GROWABLE if k in identity}
+        if any(grown[k] != stored[k] for k in grown):
+            write_atomic(path, json.dumps(stored | grown, indent=1, sort_keys=True))
         return
     if out.exists() and any(p.name not in {LOCK_NAME, *allowed} for p in out.iterdir()):
         raise ValueError(f"{out} is not empty and holds no lopti {name.removesuffix('.json')}; choose another --out")

@@ -85,6 +85,26 @@ def test_old_paper_study_folders_still_resume(tmp_path, monkeypatch):
     assert "token_credit" not in trained[0] and json.loads((out / "compare.json").read_text()) == old_identity
 
 
+def test_a_study_grows_by_variants_and_seeds_and_keeps_its_runs(tmp_path):
+    """A later command may add variants and seeds to a folder; its finished runs are kept, its base is not changed."""
+    out, base = tmp_path / "study", {"max_steps": 4, "model": "tiny", "learning_rate": 0.01}
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump(base))
+    first = []
+    compare.run_all(config, {}, ["grpo"], [0], out, runner=first.append)
+    finished = out / "runs" / "grpo-s0"
+    finished.mkdir(parents=True)
+    for name in ("run.json", "eval_before.json", "eval_after.json", "report.md"):
+        (finished / name).write_text("{}")
+    second = []
+    compare.run_all(config, {}, ["stapo", "grpo"], [0, 1], out, runner=second.append)
+    assert [Path(s["output_dir"]).name for s in second] == ["stapo-s0", "stapo-s1", "grpo-s1"]
+    stored = json.loads((out / "compare.json").read_text())
+    assert (stored["variants"], stored["seeds"]) == (["grpo", "stapo"], [0, 1])
+    with pytest.raises(ValueError, match="other settings \\(base differ\\)"):
+        compare.run_all(config, {"learning_rate": 0.02}, ["grpo"], [0], out, runner=second.append)
+
+
 def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatch, tmp_path, capsys):
     seen = []
 
