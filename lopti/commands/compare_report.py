@@ -43,6 +43,45 @@ def results_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+TRAINING_COLUMNS = {  # metric key → column title of the training table
+    "reward": "reward",
+    "quality/correct_pos_all": "correct ratio Â>0",
+    "quality/correct_neg_all": "correct ratio Â<0",
+}
+
+
+def training_table(out: Path, results: dict[str, Any], window: int = 5) -> str:
+    """Return per variant the training reward of the first and the last `window` generated batches and the mean
+    update quality over the run (when logged), mean ± std over seeds.
+
+    The rollouts are sampled at the recipe's temperature, so this shows what RL changed in the policy's own
+    samples even where the greedy held-out accuracy does not move."""
+    spans = {"reward": ("first", "last")}  # the other columns average the whole run
+    rows = []
+    for variant in results["summary"]:
+        passes = 2 if parse_method(variant).lopti else 1
+        runs = [out / "runs" / name for name, run in results["runs"].items() if run["variant"] == variant]
+        cells = []
+        for key in TRAINING_COLUMNS:
+            curves = [_curve(run, key, passes) for run in runs]
+            for span in spans.get(key, ("all",)):
+                if not all(curves):
+                    cells.append("–")
+                    continue
+                values = [statistics.fmean(curve[step] for step in _span(curve, span, window)) for curve in curves]
+                spread = statistics.stdev(values) if len(values) > 1 else 0.0
+                cells.append(f"{statistics.fmean(values):.3f} ± {spread:.3f}")
+        rows.append(f"| {variant} | " + " | ".join(cells) + " |")
+    head = f"| variant | reward, first {window} batches | reward, last {window} batches | "
+    head += " | ".join(title + " (mean)" for key, title in TRAINING_COLUMNS.items() if key != "reward") + " |"
+    return "\n".join([head, "|---" * (len(TRAINING_COLUMNS) + 2) + "|", *rows]) + "\n"
+
+
+def _span(curve: dict[int, float], span: str, window: int) -> list[int]:
+    steps = sorted(curve)
+    return {"first": steps[:window], "last": steps[-window:]}.get(span, steps)
+
+
 def _curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
     return {int(m["step"] // passes): m[key] for m in read_metrics(run_dir / "metrics.jsonl") if key in m}
 
@@ -136,6 +175,14 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
         "",
         results_table(results),
     ]
+    if results["runs"]:
+        parts += [
+            "Training (rollouts sampled at the recipe's temperature): reward of the first and last generated "
+            "batches, and the update quality averaged over the run when it was logged (`update_quality_every`: "
+            "share of the batch's tokens whose π moved the way their advantage asks, after the update):",
+            "",
+            training_table(out, results),
+        ]
     if curves:
         parts += [
             "Training rewards (and update quality, when logged) per RL step (moving mean; band = ± std over seeds):",

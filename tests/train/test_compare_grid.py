@@ -7,7 +7,7 @@ import pytest
 
 from lopti.cli import main
 from lopti.commands import compare
-from lopti.commands.compare_report import curve_panels, write_compare_report
+from lopti.commands.compare_report import curve_panels, training_table, write_compare_report
 from lopti.commands.grid import parse_grid, write_grid_summary
 
 
@@ -160,3 +160,25 @@ def test_curves_gain_update_quality_panels_only_when_logged(tmp_path):
     }
     write_compare_report(tmp_path, results, "lopti compare", {"max_steps": 8})
     assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_training_table_shows_first_and_last_batches_and_mean_quality(tmp_path):
+    """Rewards of the first and last batches and the run's mean correct ratios, mean ± std over seeds."""
+    for seed, offset in ((0, 0.0), (1, 0.2)):
+        run_dir = tmp_path / "runs" / f"grpo-s{seed}"
+        run_dir.mkdir(parents=True)
+        lines = [
+            {"step": s, "reward": offset + s / 10, "quality/correct_pos_all": 0.6, "quality/correct_neg_all": offset}
+            for s in range(1, 11)
+        ]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "runs" / "ar-s0").mkdir()
+    (tmp_path / "runs" / "ar-s0" / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    results = {
+        "runs": {"grpo-s0": {"variant": "grpo"}, "grpo-s1": {"variant": "grpo"}, "ar-s0": {"variant": "ar"}},
+        "summary": {"grpo": {}, "ar": {}},
+    }
+    rows = training_table(tmp_path, results, window=2).splitlines()
+    # grpo: first two batches 0.15 and 0.35 (mean 0.25, std 0.141), last two 0.95 and 1.15 (mean 1.05)
+    assert rows[2] == "| grpo | 0.250 ± 0.141 | 1.050 ± 0.141 | 0.600 ± 0.000 | 0.100 ± 0.141 |"
+    assert rows[3] == "| ar | 0.500 ± 0.000 | 0.500 ± 0.000 | – | – |"
