@@ -37,10 +37,12 @@ def adamw_of(recipe: str) -> dict:
 RUNS = {
     # SmolLM2 does not write the answer tags, so the lenient reward (share of people named correctly in
     # its prose) gives the reward spread the analysis needs; T = 0.7 as in the paper. float32 weights
-    # keep it to hours (the log-softmax is float64 either way). AdamW as its recipe trains (lr 1e-6).
+    # keep it to hours (the log-softmax is float64 either way); micro-batches of one prompt's 8 responses run
+    # that prompt once (packed). AdamW as its recipe trains (lr 1e-6).
     "smollm2": AnalyzeConfig(
         model="smollm2-135m", people="2,3", template="chatml-think", reward="lenient", prompts=4, group_size=8,
         temperature=0.7, max_new_tokens=96, dtype="float32", batches=4, optimizers=REGIMES, warmup_updates=3,
+        micro_batch=8,
         **adamw_of("kk-smollm2-cpu"),
     ),
     # The warm-started tiny model on its own training distribution (3-4 people, terse form), at its RL

@@ -39,6 +39,7 @@ from lopti.core.credit import CreditStep
 from lopti.core.credit_presets import make_credit_steps
 from lopti.core.methods import parse_method
 from lopti.core.objective import credit_shares, token_objective
+from lopti.core.packing import pack_shared_prompts
 from lopti.diagnostics.pooling import BatchMeasure, pool
 from lopti.diagnostics.probe_config import ProbeConfig  # its own module; callers may import it from here
 from lopti.diagnostics.rollouts import Rollouts
@@ -46,7 +47,8 @@ from lopti.diagnostics.rollouts import Rollouts
 
 @dataclass
 class Batch:
-    """Prompt + response ids, right-padded; `mask` marks the predicted response tokens (shifted by one)."""
+    """Left-padded prompts followed by right-padded responses (TRL's layout); `targets` (B, C) are the response
+    tokens and `mask` marks the real ones."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -55,17 +57,20 @@ class Batch:
 
 
 def make_batch(rollouts: Rollouts, pad_id: int) -> Batch:
-    """Return the rollouts as one right-padded batch."""
-    sequences = [p + c for p, c in zip(rollouts.prompt_ids, rollouts.completion_ids, strict=True)]
-    length = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    response = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, (prompt, sequence) in enumerate(zip(rollouts.prompt_ids, sequences, strict=True)):
-        input_ids[row, : len(sequence)] = torch.tensor(sequence)
-        attention[row, : len(sequence)] = 1
-        response[row, len(prompt) : len(sequence)] = True
-    return Batch(input_ids, attention, input_ids[:, 1:], response[:, 1:])
+    """Return the rollouts as one batch of left-padded prompts and right-padded responses."""
+    prompt_width = max(len(p) for p in rollouts.prompt_ids)
+    width = max(1, max(len(c) for c in rollouts.completion_ids))
+    rows = len(rollouts.prompt_ids)
+    prompts = torch.full((rows, prompt_width), pad_id, dtype=torch.long)
+    targets = torch.full((rows, width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompts)
+    mask = torch.zeros_like(targets, dtype=torch.bool)
+    for row, (prompt, response) in enumerate(zip(rollouts.prompt_ids, rollouts.completion_ids, strict=True)):
+        prompts[row, prompt_width - len(prompt) :] = torch.tensor(prompt)
+        prompt_mask[row, prompt_width - len(prompt) :] = 1
+        targets[row, : len(response)] = torch.tensor(response, dtype=torch.long)
+        mask[row, : len(response)] = True
+    return Batch(torch.cat([prompts, targets], 1), torch.cat([prompt_mask, mask.long()], 1), targets, mask)
 
 
 def _micro(batch: Batch, size: int):
@@ -73,17 +78,35 @@ def _micro(batch: Batch, size: int):
         yield slice(start, start + size)
 
 
-def _logits(model, batch: Batch, rows: slice, temperature: float) -> torch.Tensor:
-    out = model(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows])
-    return out.logits[:, :-1].double() / temperature  # a float32 log-softmax would drown small moves
+def _logits(model, batch: Batch, rows: slice, temperature: float, packed: bool) -> torch.Tensor:
+    """Return the logits (rows, C, V) that predict each response token, in float64, divided by the temperature.
+
+    Packed (`lopti.core.packing`) where the rows repeat a prompt and the model takes 4D masks (a 🤗 model with
+    sdpa attention); otherwise one padded row each, with the position ids generation used.
+    """
+    ids, attention = batch.input_ids[rows], batch.attention_mask[rows]
+    width = batch.targets.shape[1]
+    sdpa = getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa"
+    # the packed rows' padding (id 0) is masked out and predicts nothing that is read
+    layout = pack_shared_prompts(ids, attention, width, pad_token_id=0) if packed and sdpa else None
+    if layout is None:
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions).logits[:, -width - 1 : -1]
+    else:
+        out = model(input_ids=layout.input_ids, attention_mask=layout.attention_mask, position_ids=layout.position_ids)
+        vocab = out.logits.shape[-1]
+        picked = out.logits.reshape(-1, vocab).index_select(0, layout.sources)
+        logits = picked.new_zeros(len(ids) * width, vocab).index_copy(0, layout.targets, picked)
+        logits = logits.view(len(ids), width, vocab)
+    return logits.double() / temperature  # a float32 log-softmax would drown small moves
 
 
-def token_logprobs(model, batch: Batch, temperature: float, micro_batch: int) -> torch.Tensor:
+def token_logprobs(model, batch: Batch, temperature: float, config: ProbeConfig) -> torch.Tensor:
     """Return log π of every target token (B, L − 1) at the rollout temperature, without gradients."""
     parts = []
     with torch.no_grad():
-        for rows in _micro(batch, micro_batch):
-            logits = _logits(model, batch, rows, temperature)
+        for rows in _micro(batch, config.micro_batch):
+            logits = _logits(model, batch, rows, temperature, config.packed)
             parts.append(torch.log_softmax(logits, -1).gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1))
     return torch.cat(parts)
 
@@ -129,7 +152,7 @@ def policy_gradient(
     count = batch.mask.sum()
     counted = 0  # tokens the denominator keeps: all response tokens but those a preset dropped
     for rows in _micro(batch, config.micro_batch):
-        logits = _logits(model, batch, rows, temperature)
+        logits = _logits(model, batch, rows, temperature, config.packed)
         log_probs = torch.log_softmax(logits, -1)
         logp = log_probs.gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1)
         entropies = None
@@ -221,7 +244,7 @@ def warm_states(model, state: dict, warmup: list[Rollouts], pad_id: int, config:
         optimizer = make_optimizer(model, "adamw", config)
         for rollouts in warmup:
             batch = make_batch(rollouts, pad_id)
-            old = token_logprobs(model, batch, rollouts.temperature, config.micro_batch)
+            old = token_logprobs(model, batch, rollouts.temperature, config)
             update = method_update(method, batch_advantages(rollouts, batch, old.dtype), config)
             take_update(model, optimizer, batch, old, update, rollouts.temperature, config, clip=True)
         states[method] = copy.deepcopy(optimizer.state_dict())
@@ -229,7 +252,7 @@ def warm_states(model, state: dict, warmup: list[Rollouts], pad_id: int, config:
     return states
 
 
-def token_gradient_norms(model, batch: Batch, temperature: float, micro_batch: int) -> tuple[torch.Tensor, ...]:
+def token_gradient_norms(model, batch: Batch, temperature: float, config: ProbeConfig) -> tuple[torch.Tensor, ...]:
     """Return π, ‖∂(−log π)/∂z‖ and ‖∂(−log π)/∂h‖ of every response token (flattened, float64).
 
     At the last hidden state h (z = W h / T) the gradient is Wᵀ(π − e_k)/T.
@@ -237,8 +260,8 @@ def token_gradient_norms(model, batch: Batch, temperature: float, micro_batch: i
     weight = model.get_output_embeddings().weight.detach().double()
     pis, logit_norms, hidden_norms = [], [], []
     with torch.no_grad():
-        for rows in _micro(batch, micro_batch):
-            logits = _logits(model, batch, rows, temperature)
+        for rows in _micro(batch, config.micro_batch):
+            logits = _logits(model, batch, rows, temperature, config.packed)
             mask, targets = batch.mask[rows], batch.targets[rows]
             norm, one_minus_pi = logit_grad_norm(logits[mask], targets[mask])
             grad_z = torch.softmax(logits[mask].double(), -1)
@@ -253,10 +276,10 @@ def measure_batch(model, state, rollouts, pad_id, config: ProbeConfig, warm: dic
     """Return one batch's per-token numbers and, under each regime, every compared update's Δπ per token."""
     batch, temperature = make_batch(rollouts, pad_id), rollouts.temperature
     model.load_state_dict(state)
-    old = token_logprobs(model, batch, temperature, config.micro_batch)
+    old = token_logprobs(model, batch, temperature, config)
     advantages = batch_advantages(rollouts, batch, old.dtype)
     index = probability_buckets(old, batch.mask, config.edges)
-    pi, logit_norm, hidden_norm = token_gradient_norms(model, batch, temperature, config.micro_batch)
+    pi, logit_norm, hidden_norm = token_gradient_norms(model, batch, temperature, config)
     mask = batch.mask
     measure = BatchMeasure(rollouts, index[mask], advantages[mask], pi, logit_norm, hidden_norm)
     if not advantages.abs().sum() > 0:
@@ -276,7 +299,7 @@ def measure_batch(model, state, rollouts, pad_id, config: ProbeConfig, warm: dic
                 model, optimizer, batch, old, update, temperature, config, clip=regime != "sgd", first=first,
                 tally=tally if regime == config.optimizers[0] else None,
             )  # fmt: skip
-            new = token_logprobs(model, batch, temperature, config.micro_batch)
+            new = token_logprobs(model, batch, temperature, config)
             measure.deltas[regime, name] = (new.exp() - old.exp())[mask]
             measure.grad_norms[regime, name] = norms
         if tally:

@@ -64,6 +64,13 @@ class ProbeConfig:
     eps_high: float = field(default=EPS_HIGH, metadata={"help": "Upper clip range ε_high of the surrogate."})
     dual_clip: float = field(default=DUAL_CLIP, metadata={"help": "Dual-clip constant c for negative advantages."})
     micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
+    packed: bool = field(
+        default=True,
+        metadata={
+            "help": "Run each distinct prompt of a micro-batch once, followed by all its responses (lopti/core/"
+            "packing.py): the same log-probs up to float rounding, far fewer tokens when responses share prompts."
+        },
+    )
     methods: tuple[str, ...] = field(
         default=PAPER_METHODS,
         metadata={

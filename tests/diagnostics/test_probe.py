@@ -15,6 +15,7 @@ from lopti.diagnostics import probe
 from lopti.diagnostics.analyze import AnalyzeConfig, analyze, training_rows
 from lopti.diagnostics.probe import ProbeConfig, Update, batch_advantages, make_batch, policy_gradient, run_probe
 from lopti.diagnostics.rollouts import Rollouts, load_rollouts, save_rollouts
+from lopti.models.loading import load_model, load_tokenizer
 
 
 class LogitsOnly(torch.nn.Module):
@@ -30,7 +31,7 @@ class LogitsOnly(torch.nn.Module):
     def get_output_embeddings(self) -> torch.nn.Linear:
         return self.head
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **positions) -> SimpleNamespace:
         return SimpleNamespace(logits=self.head(self.hidden).expand(*input_ids.shape, -1))
 
 
@@ -211,6 +212,31 @@ def test_tiny_model_end_to_end_from_saved_rollouts(rollouts_file, tmp_path):
         analyze(replace(config, batches=3), tmp_path / "fourth")
 
 
+def test_packed_forward_gives_the_padded_log_probs_with_each_prompt_once(rollouts_file, tiny_model_dir):
+    # micro-batches of 5 rows over groups of 4: one packs a whole group plus one row of the next prompt
+    _, path = rollouts_file
+    model = load_model(str(tiny_model_dir)).double().eval()
+    rollouts = load_rollouts(path, load_tokenizer(str(tiny_model_dir)))
+    batch = make_batch(rollouts, pad_id=0)
+    seen = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"].numel()), with_kwargs=True
+    )
+    packed = probe.token_logprobs(model, batch, 1.0, ProbeConfig(micro_batch=5, packed=True))
+    packed_tokens, seen[:] = sum(seen), []
+    padded = probe.token_logprobs(model, batch, 1.0, ProbeConfig(micro_batch=5, packed=False))
+    assert packed_tokens < 0.75 * sum(seen)
+    assert torch.allclose(packed[batch.mask], padded[batch.mask], rtol=0, atol=1e-10)
+    assert (packed[~batch.mask] == 0).all()  # padding predicts nothing: no log-prob there
+    # the padded path is the sampling-time computation: each row alone, right after its prompt
+    row = 5
+    prompt, response = rollouts.prompt_ids[row], rollouts.completion_ids[row]
+    with torch.no_grad():
+        alone = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1].log_softmax(-1)
+    expected = alone.gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+    assert torch.allclose(padded[row, : len(response)], expected, rtol=0, atol=1e-10)
+
+
 def test_rollouts_of_another_tokenizer_are_refused(rollouts_file, tmp_path):
     _, path = rollouts_file
     other = type("Tok", (), {"get_vocab": lambda self: {"a": 0, "b": 1}, "__len__": lambda self: 2})()
@@ -320,7 +346,7 @@ def reference_paper_gradient(model, batch, old, update, phase, temperature, conf
     model.zero_grad(set_to_none=True)
     count = batch.mask.sum()
     for rows in probe._micro(batch, config.micro_batch):
-        logits = probe._logits(model, batch, rows, temperature)
+        logits = probe._logits(model, batch, rows, temperature, config.packed)
         logp = torch.log_softmax(logits, -1).gather(-1, batch.targets[rows].unsqueeze(-1)).squeeze(-1)
         terms = token_objective(
             logp, old[rows], update.advantages[rows], batch.mask[rows],

@@ -6,8 +6,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
 import lopti.train.packing as packing_module
+from lopti.core.packing import pack_shared_prompts
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.packing import pack_shared_prompts, packed_log_probs, shared_prefill_generate
+from lopti.train.packing import packed_log_probs, shared_prefill_generate
 from lopti.train.trainer import LoptiGRPOTrainer
 
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
