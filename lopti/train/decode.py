@@ -5,7 +5,7 @@ decoding method, so generate still prepares everything (generation config, logit
 attention mask, the prefilled cache) and only the loop differs from `GenerationMixin._sample`: rows that have
 sampled an end-of-sequence token leave the batch (their KV cache rows are dropped), so each later step runs its
 forward on the rows still sampling. Generate keeps every row until the longest one ends and writes padding for
-the ended ones; with the default recipe (64 completions, up to 48 tokens) about a quarter of its row-steps are
+the ended ones; with the default recipe (64 completions, up to 48 tokens) up to a quarter of its row-steps are
 such rows. The cache is preallocated for the whole generation (`sampling_cache`), so a step writes its keys and
 values in place instead of copying every layer's cache into a longer tensor.
 
@@ -14,9 +14,9 @@ with q ~ Exp(1) drawn for the whole (rows, vocabulary) tensor. Drawing q for all
 the argmax over the rows still sampling consumes the same random numbers in the same order
 (`draws_like_multinomial` checks this once per process; where it fails, generate's own loop runs). The logits
 processors are the objects generate built, applied as generate applies them; the loop runs only with the
-row-wise ones TRL's sampling settings create (temperature, top-k, top-p, min-p; not the repetition penalty), stops only
-at the end-of-sequence tokens and the maximum length, and needs a full-attention dynamic cache and left padding.
-Anything else runs generate's own loop.
+row-wise ones TRL's sampling settings create (temperature, top-k, top-p, min-p; not the repetition penalty),
+stops only at the end-of-sequence tokens and the maximum length, and needs a full-attention dynamic cache and
+left padding. Anything else runs generate's own loop. docs/performance.md has the profile and the measurements.
 """
 
 from __future__ import annotations
