@@ -4,9 +4,10 @@ The default batch: 8 K&K prompts (the tiny model's terse template) × 8 generati
 tokens, temperature 1.0, TRL's generation settings; the cached tiny model (`resolve_model("tiny")`), one torch
 thread unless OMP_NUM_THREADS says otherwise. Each round runs both paths on the same seed (the same tokens),
 alternating their order; prints seconds and completion tokens/s per path (min / median / max over rounds) and a
-cProfile breakdown of one more rollout per path: the model's matmuls (`linear`), attention (`sdpa`), cache
-concatenation (`cat`), cache row selection, sampling (softmax, multinomial or its Exp(1) noise, argmax), and the
-rest of the per-step work (module calls, norms, rotary, masks, generate's bookkeeping).
+cProfile breakdown of one more rollout per path: the model's matmuls (`linear`), attention (`sdpa`, and in the
+fast path's decode steps `decode.single_query_attention` with everything it calls), cache concatenation (`cat`),
+cache row selection, sampling (softmax, multinomial or its Exp(1) noise, argmax), and the rest of the per-step
+work (module calls, norms, rotary, masks, generate's bookkeeping).
 
 Run: python bench/profile_rollout.py --rounds 5
 """
@@ -29,9 +30,11 @@ from lopti.tasks.registry import get_task
 from lopti.train.packing import shared_prefill_generate
 
 PROMPTS, GROUP, MAX_NEW_TOKENS = 8, 8, 48
+ATTENTION = "attention over the cache (sdpa; the decode steps' matmuls)"
+ATTENTION_CODE = ("single_query_attention", "by_group", "by_row")  # the fast path's decode attention, in decode.py
 CATEGORIES = {  # cProfile function name -> category (by own time)
     "linear": "matmuls (linear)",
-    "scaled_dot_product_attention": "attention (sdpa)",
+    "scaled_dot_product_attention": ATTENTION,
     "cat": "cache concatenation (cat)",
     "batch_select_indices": "cache row selection",
     "softmax": "sampling",
@@ -74,11 +77,19 @@ def breakdown(generate, model, ids, mask, config) -> dict[str, float]:
     profiler.disable()
     stats = pstats.Stats(profiler).stats
     parts = {"whole rollout": sum(own for (_, _, _), (_, _, own, _, _) in stats.items())}
-    for (_, _, name), (_, _, own, _, _) in stats.items():
+    for (_, _, name), (_, _, own, _, callers) in stats.items():
+        # the decode attention's own time, and what the functions it calls spent on its calls (matmul, softmax...)
+        in_attention = (
+            own
+            if name in ATTENTION_CODE
+            else sum(entry[2] for (_, _, caller), entry in callers.items() if caller in ATTENTION_CODE)
+        )
         match = re.match(r"<(?:built-in )?method '?([\w.]+)", name)
         label = CATEGORIES.get((match.group(1) if match else name).split(".")[-1])
-        if label:
-            parts[label] = parts.get(label, 0.0) + own
+        if in_attention:
+            parts[ATTENTION] = parts.get(ATTENTION, 0.0) + in_attention
+        if label and own > in_attention:
+            parts[label] = parts.get(label, 0.0) + own - in_attention
     parts["rest (module calls, norms, rotary, masks, bookkeeping)"] = parts["whole rollout"] - sum(
         value for key, value in parts.items() if key != "whole rollout"
     )

@@ -16,14 +16,21 @@ the argmax over the rows still sampling consumes the same random numbers in the 
 processors are the objects generate built, applied as generate applies them; the loop runs only with the
 row-wise ones TRL's sampling settings create (temperature, top-k, top-p, min-p; not the repetition penalty),
 stops only at the end-of-sequence tokens and the maximum length, and needs a full-attention dynamic cache and
-left padding. Anything else runs generate's own loop. docs/performance.md has the profile and the measurements.
+left padding. Anything else runs generate's own loop. During the loop the model's sdpa attention runs its
+single-query steps as two matmuls (`single_query_attention`, `matmul_decode_attention`): the same values up to float
+rounding, in half the time of torch's CPU sdpa at these shapes. docs/performance.md has the profile and the
+measurements.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.generation import (
     EosTokenCriteria,
@@ -35,6 +42,8 @@ from transformers.generation import (
     TopPLogitsWarper,
 )
 from transformers.generation.utils import GENERATION_MODES_MAPPING
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 # processors that change each row's scores from that row's logits only, with no per-row state: on the rows still
 # sampling they give what they give those rows in the whole batch. (Generate's repetition penalty keeps each row's
@@ -42,6 +51,9 @@ from transformers.generation.utils import GENERATION_MODES_MAPPING
 ROW_WISE_PROCESSORS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper)
 # what generate prepares for the model; the loop passes them itself (`logits_to_keep` 1, `use_cache` True)
 MODEL_INPUTS = {"attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep"}
+MATMUL_DECODE = "lopti_matmul_decode"  # the attention implementation's name while the loop runs
+# what an attention module may pass that changes the attention beyond the mask; any of them runs sdpa
+ATTENTION_EXTRAS = ("softcap", "sliding_window", "s_aux", "position_bias")
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -117,6 +129,136 @@ def draws_like_multinomial() -> bool:
     return torch.equal(ours, expected)
 
 
+class SharedPrompt(NamedTuple):
+    """The keys and values of the prompts that several rows of the batch repeat, once per prompt, and where each row
+    still sampling sits among its prompt's rows: `single_query_attention` reads the first `length` positions of a
+    row's attention from here instead of from the row's own copy in the cache."""
+
+    keys: list[torch.Tensor]  # per layer, (prompts, key-value heads, length, head dim)
+    values: list[torch.Tensor]
+    group: torch.Tensor  # (rows,): each row's prompt
+    slot: torch.Tensor  # (rows,): each row's place among its prompt's rows
+    slots: int  # the most rows a prompt has
+
+    @classmethod
+    def of(cls, cache: Cache, prompt_of_row: torch.Tensor, length: int) -> SharedPrompt | None:
+        """Return the prompts' first `length` keys and values in `cache`, one row each (rows with the same
+        `prompt_of_row`, numbered from 0, hold copies of one prefill there), or None when no two rows share one."""
+        prompts = int(prompt_of_row.max()) + 1
+        if prompts == len(prompt_of_row):
+            return None
+        firsts = torch.stack([(prompt_of_row == prompt).nonzero()[0, 0] for prompt in range(prompts)])
+        keys = [layer.keys[firsts, :, :length] for layer in cache.layers]
+        values = [layer.values[firsts, :, :length] for layer in cache.layers]
+        return cls(keys, values, *cls.places(prompt_of_row, prompts))
+
+    @staticmethod
+    def places(prompt_of_row: torch.Tensor, prompts: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Return (group, slot, slots) of rows whose prompts are `prompt_of_row`."""
+        member = torch.nn.functional.one_hot(prompt_of_row, prompts)
+        slot = (member.cumsum(dim=0) * member).sum(dim=1) - 1
+        return prompt_of_row, slot, int(slot.max()) + 1
+
+    def of_rows(self, prompt_of_row: torch.Tensor) -> SharedPrompt:
+        """Return the same prompts for the rows still sampling, whose prompts are `prompt_of_row`."""
+        group, slot, slots = self.places(prompt_of_row, len(self.keys[0]))
+        return self._replace(group=group, slot=slot, slots=slots)
+
+    def by_group(self, rows: torch.Tensor) -> torch.Tensor:
+        """Return (prompts, key-value heads, slots × query heads per group, n) from (rows, key-value heads, query
+        heads per group, n): the rows of a prompt stacked, zeros where a prompt has fewer rows."""
+        grouped = rows.new_zeros(len(self.keys[0]), self.slots, *rows.shape[1:])
+        grouped[self.group, self.slot] = rows
+        return grouped.transpose(1, 2).flatten(2, 3)
+
+    def by_row(self, grouped: torch.Tensor, heads_per_group: int) -> torch.Tensor:
+        """Return the inverse of `by_group`."""
+        prompts, kv_heads, _, n = grouped.shape
+        return grouped.view(prompts, kv_heads, self.slots, heads_per_group, n).transpose(1, 2)[self.group, self.slot]
+
+
+def single_query_attention(
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+    shared_prompt: SharedPrompt | None = None, **kwargs,
+) -> tuple[torch.Tensor, None]:  # fmt: skip
+    """Return transformers' sdpa attention output (batch, 1, heads, head dim) and no weights, for a single query as
+    softmax(q kᵀ · scale, masked) v, with the keys and values of a prompt shared by several rows (`shared_prompt`)
+    read once per prompt; anything else (longer queries, dropout, softcapping, sliding windows, sinks, position
+    biases, float masks, attention weights asked for) goes to transformers' own sdpa function.
+
+    A decode step's attention streams the whole cache from memory (~50 MB for the default batch, beyond the L3
+    cache), and with 8 generations per prompt most of it is the same prompt 8 times: the rows of a group are the
+    rows of one query matrix against their prompt's keys and values, each row against its own completion's. The
+    query heads that share a key-value head (GQA) are rows of that matrix too, as transformers' sdpa does for one
+    query, so the keys are not copied per query head. The mask is sdpa's boolean one (`sdpa_mask`, True = attend)
+    or None (no padding); a decode step's query always attends to its own key, so no row is fully masked. The
+    values are sdpa's up to float rounding (other summation orders).
+    """
+    mask_is_plain = attention_mask is None or (attention_mask.dtype == torch.bool and attention_mask.size(1) == 1)
+    if (
+        query.size(2) != 1
+        or dropout
+        or not mask_is_plain
+        or kwargs.get("output_attentions")
+        or any(kwargs.get(name) is not None for name in ATTENTION_EXTRAS)
+    ):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)  # fmt: skip
+    batch, heads, _, head_dim = query.shape
+    per_group = heads // key.size(1)
+    scale = head_dim**-0.5 if scaling is None else scaling
+    query = (query * scale).view(batch, key.size(1), per_group, head_dim)
+    layer = getattr(module, "layer_idx", None)
+    if layer is None:  # the shared prompts are stored per layer; the rows' own copies are in the cache too
+        shared_prompt = None
+    prompt_length = 0 if shared_prompt is None else shared_prompt.keys[layer].size(-2)
+    scores = torch.matmul(query, key[:, :, prompt_length:].transpose(-1, -2))
+    if shared_prompt is not None:
+        prompt_keys = shared_prompt.keys[layer]
+        prompt_scores = torch.matmul(shared_prompt.by_group(query), prompt_keys.transpose(-1, -2))
+        scores = torch.cat([shared_prompt.by_row(prompt_scores, per_group), scores], dim=-1)
+    if attention_mask is not None:
+        scores = torch.where(attention_mask, scores, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    output = torch.matmul(
+        weights[..., prompt_length:], value[:, :, prompt_length:]
+    )  # (batch, kv heads, heads per kv head, dim)
+    if shared_prompt is not None:
+        prompt_output = torch.matmul(shared_prompt.by_group(weights[..., :prompt_length]), shared_prompt.values[layer])
+        output = output + shared_prompt.by_row(prompt_output, per_group)
+    return output.reshape(batch, 1, heads, head_dim), None
+
+
+# The attention modules look their function up by the config's implementation name at every forward
+# (`ALL_ATTENTION_FUNCTIONS.get_interface`), and the mask builders theirs (`ALL_MASK_ATTENTION_FUNCTIONS`; a name
+# missing there gets no padding mask at all), so the function is registered under its own name in both, with
+# sdpa's mask.
+AttentionInterface.register(MATMUL_DECODE, single_query_attention)
+AttentionMaskInterface.register(MATMUL_DECODE, sdpa_mask)
+
+
+@contextlib.contextmanager
+def matmul_decode_attention(model) -> Iterator[None]:
+    """Run `model`'s sdpa attention through `single_query_attention` inside the block; its own implementation is
+    back after it, also when the block raises. Other implementations (eager, flash, flex) stay as they are.
+
+    The switch is transformers' public one (`set_attn_implementation` with a name registered in its attention
+    interfaces, as its attention-interface guide shows), scoped to this model and this block. Overriding "sdpa" in
+    the global interface would change every model's forwards in the process (the update's included), and patching
+    torch's sdpa would change every caller's.
+    """
+    previous = model.config._attn_implementation
+    if previous != "sdpa":
+        yield
+        return
+    model.set_attn_implementation(MATMUL_DECODE)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
 def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, generation_config, streamer) -> bool:
     """Return True when `sample_unfinished_rows` reproduces what generate's own sampling loop would do."""
     mask = model_kwargs.get("attention_mask")
@@ -169,21 +311,28 @@ def sample_unfinished_rows(
     past = cache.get_seq_length()
     rows = torch.arange(batch, device=input_ids.device)  # the original rows still in the batch
     tokens, position_ids, length = input_ids[:, past:], positions[:, past:], width
-    for _ in range(steps):
-        logits = model(
-            input_ids=tokens, attention_mask=attention[rows, :length], position_ids=position_ids, cache=cache,
-            use_cache=True, logits_to_keep=1,
-        ).logits[:, -1].to(copy=True, dtype=torch.float32)  # fmt: skip
-        scores = logits_processor(sequences[rows, :length], logits)
-        tokens = draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
-        sequences[rows, length] = tokens
-        length += 1
-        going = torch.ones_like(tokens, dtype=torch.bool) if end_tokens is None else ~torch.isin(tokens, end_tokens)
-        if not bool(going.any()):
-            break
-        if not bool(going.all()):
-            kept = going.nonzero().flatten()
-            rows, tokens = rows[kept], tokens[kept]
-            cache.batch_select_indices(kept)
-        tokens, position_ids = tokens[:, None], positions[rows, -1:] + (length - width)
+    shared = prompt_of_row = None
+    if past:  # rows with the same prompt hold copies of one prefill in the first `past` cache positions
+        prompts = input_ids[:, :past].masked_fill(mask[:, :past] == 0, -1)
+        prompt_of_row = torch.unique(prompts, dim=0, return_inverse=True)[1]
+        shared = SharedPrompt.of(cache, prompt_of_row, past)
+    with matmul_decode_attention(model):
+        for _ in range(steps):
+            logits = model(
+                input_ids=tokens, attention_mask=attention[rows, :length], position_ids=position_ids, cache=cache,
+                use_cache=True, logits_to_keep=1, shared_prompt=shared,
+            ).logits[:, -1].to(copy=True, dtype=torch.float32)  # fmt: skip
+            scores = logits_processor(sequences[rows, :length], logits)
+            tokens = draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
+            sequences[rows, length] = tokens
+            length += 1
+            going = torch.ones_like(tokens, dtype=torch.bool) if end_tokens is None else ~torch.isin(tokens, end_tokens)
+            if not bool(going.any()):
+                break
+            if not bool(going.all()):
+                kept = going.nonzero().flatten()
+                rows, tokens = rows[kept], tokens[kept]
+                cache.batch_select_indices(kept)
+                shared = None if shared is None else shared.of_rows(prompt_of_row[rows])
+            tokens, position_ids = tokens[:, None], positions[rows, -1:] + (length - width)
     return sequences[:, :length]
