@@ -16,10 +16,16 @@ the argmax over the rows still sampling consumes the same random numbers in the 
 processors are the objects generate built, applied as generate applies them; the loop runs only with the
 row-wise ones TRL's sampling settings create (temperature, top-k, top-p, min-p; not the repetition penalty),
 stops only at the end-of-sequence tokens and the maximum length, and needs a full-attention dynamic cache and
-left padding. Anything else runs generate's own loop. During the loop the model's sdpa attention runs its
-single-query steps as two matmuls (`single_query_attention`, `matmul_decode_attention`): the same values up to float
-rounding, in half the time of torch's CPU sdpa at these shapes. docs/performance.md has the profile and the
-measurements.
+left padding. Anything else runs generate's own loop.
+
+During the loop the model's sdpa attention runs its single-query steps through `single_query_attention`
+(`matmul_decode_attention` switches it on for the loop only), which reads the keys and values of a prompt that
+several rows repeat once per prompt (`SharedPrompt`, passed as a model input, which transformers hands down to
+the attention function) instead of once per row: the attention of a decode step is bound by reading the cache
+from memory, and with 8 generations per prompt most of it is the same prompt 8 times. Its values are sdpa's up to
+float rounding, so the logits may differ from generate's in the last bits; the tokens were generate's in every
+test and benchmark round (a token flips only where two candidates' p / q tie to within that rounding).
+docs/performance.md has the profile and the measurements.
 """
 
 from __future__ import annotations
@@ -244,8 +250,9 @@ def matmul_decode_attention(model) -> Iterator[None]:
     back after it, also when the block raises. Other implementations (eager, flash, flex) stay as they are.
 
     The switch is transformers' public one (`set_attn_implementation` with a name registered in its attention
-    interfaces, as its attention-interface guide shows), scoped to this model and this block. Overriding "sdpa" in
-    the global interface would change every model's forwards in the process (the update's included), and patching
+    interfaces, as its attention-interface guide shows), scoped to this model and this block; the model's extra
+    forward inputs (`shared_prompt`) reach the attention function as keyword arguments. Overriding "sdpa" in the
+    global interface would change every model's forwards in the process (the update's included), and patching
     torch's sdpa would change every caller's.
     """
     previous = model.config._attn_implementation
