@@ -144,6 +144,7 @@ RATIOS = [  # (label, numerator, denominator, part): each is reported when both 
     ("packed / padded, lopti GRPO (update)", "lopti-grpo", "lopti-grpo padded", "update"),
     ("packed / padded, + Lopti (update)", "+lopti", "+lopti padded", "update"),
     ("packed / padded, + Lopti (whole)", "+lopti", "+lopti padded", "whole"),
+    ("rollout tokens/s, lopti GRPO / TRL (higher is faster)", "lopti-grpo", "trl", "rollout_tokens_per_second"),
 ]
 
 

@@ -4,9 +4,10 @@ A generated batch holds every prompt `num_generations` times, and TRL's forward 
 most of its tokens are copies of the same prompt (about two thirds for the default recipe, plus the padding).
 Here the log-prob forwards run on the packed layout of lopti/core/packing.py (each distinct prompt once,
 followed by all its completions). Generation likewise runs each distinct prompt's prefill once and copies its
-KV cache to the rows that repeat it (`shared_prefill_generate`). And with several passes over a generated
-batch, the first pass's forward runs on the weights that generated it, so its log-probs serve as the old ones
-and TRL's separate old log-prob forward is skipped (`PackedForwards._skips_old_forward`).
+KV cache to the rows that repeat it, and rows that have ended leave the sampling loop's batch
+(`shared_prefill_generate`, lopti/train/decode.py). And with several passes over a generated batch, the first
+pass's forward runs on the weights that generated it, so its log-probs serve as the old ones and TRL's
+separate old log-prob forward is skipped (`PackedForwards._skips_old_forward`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from accelerate.utils import is_peft_model
 from transformers import DynamicCache
 
 from lopti.core.packing import pack_shared_prompts, unpack
+from lopti.train.decode import sample_unfinished_rows, sampling_cache
 
 
 def packed_log_probs(
@@ -68,25 +70,36 @@ def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool)
 
 def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
     """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)`, with each distinct left-padded prompt's
-    prefill run once and its KV cache copied to every row that repeats it.
+    prefill run once and its KV cache copied to every row that repeats it, and the sampling loop
+    `decode.sample_unfinished_rows` (ended rows leave the batch; the cache is preallocated for sampling); the
+    tokens are generate's.
 
     The prefill uses the position ids generate itself derives from the mask, and the prompt's last token is left
-    to generate, whose first step then samples from it as usual; sampling draws the same random numbers.
+    to the sampling loop, whose first step then samples from it as generate does.
     """
     generate = type(model).generate
-    distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)
-    if len(distinct) == len(input_ids) or input_ids.size(1) < 2 or "cache" in kwargs or "past_key_values" in kwargs:
+    if input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
         return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    first = torch.stack([(group_of_row == group).nonzero()[0, 0] for group in range(len(distinct))])
-    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for left padding
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        model(
-            input_ids=input_ids[first, :-1], attention_mask=attention_mask[first, :-1],
-            position_ids=positions[first, :-1], cache=cache, use_cache=True, logits_to_keep=1,
-        )  # fmt: skip
-    cache.batch_select_indices(group_of_row)
-    return generate(model, input_ids=input_ids, attention_mask=attention_mask, cache=cache, **kwargs)
+    config = kwargs.get("generation_config") or model.generation_config
+    cache = (
+        sampling_cache(model, input_ids.size(1) + config.max_new_tokens)
+        if config.do_sample and config.num_beams in (None, 1) and config.max_new_tokens
+        else DynamicCache(config=model.config)
+    )
+    distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)
+    if len(distinct) < len(input_ids):
+        first = torch.stack([(group_of_row == group).nonzero()[0, 0] for group in range(len(distinct))])
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for left padding
+        with torch.no_grad():
+            model(
+                input_ids=input_ids[first, :-1], attention_mask=attention_mask[first, :-1],
+                position_ids=positions[first, :-1], cache=cache, use_cache=True, logits_to_keep=1,
+            )  # fmt: skip
+        cache.batch_select_indices(group_of_row)
+    return generate(
+        model, input_ids=input_ids, attention_mask=attention_mask, cache=cache,
+        custom_generate=sample_unfinished_rows, **kwargs,
+    )  # fmt: skip
 
 
 class PackedForwards:

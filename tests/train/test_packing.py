@@ -177,8 +177,9 @@ def test_shared_prefill_samples_what_generate_samples(tiny_model_dir):
         with torch.no_grad():
             outputs.append(generate(model, input_ids=ids, attention_mask=mask, generation_config=config))
     assert torch.equal(outputs[1], outputs[0])  # the same tokens from the same random numbers
-    # plain: 12 steps of 12 rows; shared: one prefill of the 3 distinct prompts, then 12 steps of 12 rows
-    assert forwards == [12] * 12 + [3] + [12] * 12
+    # plain: 12 steps of 12 rows; shared: one prefill of the 3 distinct prompts, then 12 steps (of the rows that have
+    # not ended: tests/train/test_decode.py)
+    assert forwards[:13] == [12] * 12 + [3] and len(forwards) == 25
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,256 @@
+"""The CPU fast path's sampling loop (lopti/train/decode.py) against HF generate, token for token."""
+
+import types
+
+import pytest
+import torch
+from transformers import AttentionInterface, AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from lopti.train import decode
+from lopti.train.decode import MATMUL_DECODE, SharedPrompt, draws_like_multinomial, single_query_attention
+from lopti.train.packing import shared_prefill_generate
+
+MANY_ENDS = list(range(3, 60))  # end-of-sequence tokens common enough that rows end at different steps
+
+
+def left_padded(vocab: int, prompt_lengths: list[int], group: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (ids, mask): each random prompt `group` times in a row, left-padded to the longest."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(prompt_lengths)
+    ids = torch.zeros(len(prompt_lengths) * group, width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for index, length in enumerate(prompt_lengths):
+        rows = slice(index * group, (index + 1) * group)
+        ids[rows, width - length :] = torch.randint(3, vocab, (length,), generator=generator)
+        mask[rows, width - length :] = 1
+    return ids, mask
+
+
+def sample(generate, model, ids, mask, config, seed):
+    """Return (sequences, rows of each forward, random state after) of one seeded call."""
+    rows = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: rows.append(len(kwargs["input_ids"])),
+                                           with_kwargs=True)  # fmt: skip
+    torch.manual_seed(seed)
+    try:
+        with torch.no_grad():
+            sequences = generate(model, input_ids=ids, attention_mask=mask, generation_config=config)
+    finally:
+        hook.remove()
+    return sequences, rows, torch.get_rng_state()
+
+
+SETTINGS = {
+    # rows end at different steps inside the budget
+    "ends-inside": dict(max_new_tokens=24, temperature=1.0, top_k=0, eos_token_id=MANY_ENDS),
+    # no end-of-sequence token: every row runs the whole budget
+    "no-end": dict(max_new_tokens=6, temperature=1.0, top_k=0, eos_token_id=None),
+    # the processors of TRL's sampling settings that the loop runs (the repetition penalty runs generate's loop)
+    "trl-processors": dict(max_new_tokens=24, temperature=0.7, top_k=20, top_p=0.9, min_p=0.05, eos_token_id=MANY_ENDS),
+}
+
+
+@pytest.mark.parametrize(
+    "lengths, group",
+    [([9, 14, 5], 4), ([9, 14, 5, 7, 11, 3, 12, 6, 10, 8, 13, 4], 1)],
+    ids=["repeated-prompts", "distinct-prompts"],
+)
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_fast_rollout_samples_what_generate_samples(tiny_model_dir, name, lengths, group):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None  # the setting's own ends only
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS[name])
+    assert draws_like_multinomial()
+    for seed in range(3):
+        ids, mask = left_padded(model.config.vocab_size, lengths, group, seed)
+        expected, generate_rows, generate_state = sample(type(model).generate, model, ids, mask, config, seed)
+        ours, our_rows, our_state = sample(shared_prefill_generate, model, ids, mask, config, seed)
+        assert torch.equal(ours, expected)  # the same tokens, the ended rows padded the same way
+        assert torch.equal(our_state, generate_state)  # from the same random numbers, none more
+        completions = expected[:, ids.size(1) :]
+        is_end = torch.isin(completions, torch.tensor(config.eos_token_id or [-1]))
+        ended, steps = is_end.any(dim=1), completions.size(1)
+        sampled = torch.where(ended, is_end.int().argmax(dim=1) + 1, steps)  # tokens up to each row's end
+        if name == "no-end":
+            assert not ended.any() and steps == config.max_new_tokens
+            assert our_rows[-steps:] == [len(ids)] * steps
+        else:
+            assert 0 < int(ended.sum()) < len(ids)  # the case this setting is for
+            # the ended rows leave the batch: one row-forward per token sampled, generate's one per row and step
+            assert sum(our_rows[-steps:]) == int(sampled.sum()) < sum(generate_rows[-steps:]) == len(ids) * steps
+        prefill = [len(torch.unique(ids, dim=0))] if group > 1 else []
+        assert our_rows[: len(our_rows) - steps] == prefill  # each distinct prompt's prefill once
+
+
+@pytest.mark.parametrize("setting", [dict(repetition_penalty=1.3), dict(no_repeat_ngram_size=2)])
+def test_settings_the_loop_does_not_reproduce_run_generates_loop(tiny_model_dir, setting):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    config = GenerationConfig(do_sample=True, pad_token_id=0, max_new_tokens=16, top_k=0, eos_token_id=MANY_ENDS,
+                              **setting)  # fmt: skip
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=0)
+    expected, _, _ = sample(type(model).generate, model, ids, mask, config, seed=0)
+    ours, our_rows, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    assert torch.equal(ours, expected)
+    steps = expected.size(1) - ids.size(1)
+    assert our_rows == [3] + [len(ids)] * steps  # shared prefill, then generate's loop over every row
+
+
+def gqa_model(vocab: int) -> Qwen2ForCausalLM:
+    """Return a random two-layer model whose 4 query heads share 2 key-value heads (grouped-query attention)."""
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)  # fmt: skip
+    return Qwen2ForCausalLM(config).eval()
+
+
+def test_fast_rollout_samples_what_generate_samples_with_grouped_query_attention(tiny_model_dir):
+    vocab = AutoModelForCausalLM.from_pretrained(tiny_model_dir).config.vocab_size
+    model = gqa_model(vocab)
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(vocab, [9, 14, 5], 4, seed=0)
+    expected, _, _ = sample(type(model).generate, model, ids, mask, config, seed=0)
+    ours, _, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    assert torch.equal(ours, expected)
+
+
+@pytest.mark.parametrize("key_value_heads", [4, 2, 1])
+@pytest.mark.parametrize("padded", [True, False])
+def test_single_query_attention_matches_sdpa(key_value_heads, padded):
+    generator = torch.Generator().manual_seed(key_value_heads)
+    module = types.SimpleNamespace(num_key_value_groups=4 // key_value_heads, is_causal=True)
+    query = torch.randn(6, 4, 1, 16, generator=generator)
+    key, value = (torch.randn(6, key_value_heads, 11, 16, generator=generator) for _ in range(2))
+    mask = None
+    if padded:
+        mask = torch.ones(6, 1, 1, 11, dtype=torch.bool)
+        mask[:3, ..., :4] = False  # left padding of the first rows
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
+    ours, weights = single_query_attention(module, query, key, value, mask, scaling=0.3)
+    assert ours.shape == expected.shape == (6, 1, 4, 16) and weights is None
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-6)
+    changed = torch.cat([key[:3, :, :4] + 100.0, key[:3, :, 4:]], dim=2)  # the padded keys must not count
+    if padded:
+        shifted, _ = single_query_attention(module, query[:3], changed, value[:3], mask[:3], scaling=0.3)
+        torch.testing.assert_close(shifted, ours[:3], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("key_value_heads", [4, 2])
+def test_single_query_attention_reads_a_shared_prompt_once_per_group(key_value_heads):
+    generator = torch.Generator().manual_seed(key_value_heads)
+    module = types.SimpleNamespace(num_key_value_groups=4 // key_value_heads, is_causal=True, layer_idx=0)
+    prompt_of_row = torch.tensor([2, 0, 2, 1, 0, 2, 2])  # groups of 4, 2 and 1 rows, not contiguous
+    query = torch.randn(7, 4, 1, 16, generator=generator)
+    key, value = (torch.randn(7, key_value_heads, 13, 16, generator=generator) for _ in range(2))
+    prompt_keys, prompt_values = (torch.randn(3, key_value_heads, 9, 16, generator=generator) for _ in range(2))
+    key[:, :, :9], value[:, :, :9] = prompt_keys[prompt_of_row], prompt_values[prompt_of_row]
+    mask = torch.ones(7, 1, 1, 13, dtype=torch.bool)
+    mask[prompt_of_row == 2, ..., :3] = False  # the longest group's prompt is left-padded
+    cache = types.SimpleNamespace(layers=[types.SimpleNamespace(keys=key, values=value)])
+    shared = SharedPrompt.of(cache, prompt_of_row, 9)
+    assert shared.slots == 4 and shared.slot.tolist() == [0, 0, 1, 0, 1, 2, 3]
+    torch.testing.assert_close(shared.keys[0], prompt_keys, rtol=0, atol=0)  # each prompt once
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    ours, _ = single_query_attention(module, query, key, value, mask, scaling=0.25, shared_prompt=shared)
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-6)
+    key[:, :, :9], value[:, :, :9] = 100.0, 100.0  # the rows' own copies of their prompt are not read
+    again, _ = single_query_attention(module, query, key, value, mask, scaling=0.25, shared_prompt=shared)
+    torch.testing.assert_close(again, expected, rtol=0, atol=1e-6)
+    kept = torch.tensor([0, 2, 4, 5])  # rows leave: prompt 1 has none left, prompt 2 three
+    fewer = shared.of_rows(prompt_of_row[kept])
+    assert fewer.slots == 3 and fewer.slot.tolist() == [0, 1, 0, 2]
+    key[:, :, :9], value[:, :, :9] = prompt_keys[prompt_of_row], prompt_values[prompt_of_row]
+    expected, _ = sdpa_attention_forward(module, query[kept], key[kept], value[kept], mask[kept], scaling=0.25)
+    ours, _ = single_query_attention(module, query[kept], key[kept], value[kept], mask[kept], scaling=0.25,
+                                     shared_prompt=fewer)  # fmt: skip
+    torch.testing.assert_close(ours, expected, rtol=0, atol=1e-6)
+
+
+def test_no_shared_prompt_without_repeated_prompts():
+    cache = types.SimpleNamespace(layers=[types.SimpleNamespace(keys=torch.zeros(4, 1, 9, 2), values=None)])
+    assert SharedPrompt.of(cache, torch.tensor([3, 0, 1, 2]), 9) is None
+
+
+def test_single_query_attention_leaves_longer_queries_to_sdpa():
+    module = types.SimpleNamespace(num_key_value_groups=1, is_causal=True)
+    query, key, value = (torch.randn(2, 2, 5, 8) for _ in range(3))
+    expected, _ = sdpa_attention_forward(module, query, key, value, None, scaling=0.5)
+    ours, _ = single_query_attention(module, query, key, value, None, scaling=0.5)
+    assert torch.equal(ours, expected)
+
+
+def counting_attention(monkeypatch) -> dict:
+    """Count the query lengths the decode attention sees, and those it hands to sdpa, in the returned dict."""
+    seen = {"matmul": [], "sdpa": [], "shared": []}
+
+    def counted(module, query, *args, **kwargs):
+        seen["matmul"].append(query.size(2))
+        shared = kwargs.get("shared_prompt")
+        seen["shared"].append(
+            None if shared is None else (shared.keys[0].size(-2), len(shared.keys[0]), len(shared.group))
+        )
+        return single_query_attention(module, query, *args, **kwargs)
+
+    def counted_sdpa(module, query, *args, **kwargs):
+        seen["sdpa"].append(query.size(2))
+        return sdpa_attention_forward(module, query, *args, **kwargs)
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, MATMUL_DECODE, counted)
+    monkeypatch.setattr(decode, "sdpa_attention_forward", counted_sdpa)
+    return seen
+
+
+def test_decode_steps_run_the_matmul_attention_and_the_model_gets_sdpa_back(tiny_model_dir, monkeypatch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    assert model.config._attn_implementation == "sdpa"
+    seen = counting_attention(monkeypatch)
+    implementations = []
+    model.register_forward_pre_hook(lambda module, args: implementations.append(module.config._attn_implementation))
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5, 7], 1, seed=0)  # distinct: the loop's prefill
+    _, rows, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    layers, steps = model.config.num_hidden_layers, len(rows)
+    assert implementations == [MATMUL_DECODE] * steps  # every forward of the loop
+    assert seen["matmul"] == [ids.size(1)] * layers + [1] * layers * (steps - 1)
+    assert seen["sdpa"] == [ids.size(1)] * layers  # only the prompt's forward goes to sdpa
+    assert seen["shared"] == [None] * len(seen["matmul"])  # distinct prompts: nothing shared
+    assert model.config._attn_implementation == "sdpa"
+    for layer in model.model.layers:
+        assert layer.self_attn.config._attn_implementation == "sdpa"
+
+
+def test_decode_steps_of_repeated_prompts_read_each_prompt_once(tiny_model_dir, monkeypatch):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    seen = counting_attention(monkeypatch)
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=0)
+    _, rows, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    layers = model.config.num_hidden_layers
+    assert seen["sdpa"] == []  # the shared prefill ran before the loop, on the model's own sdpa
+    step_rows = rows[1:]  # the loop's forwards, one token each
+    assert seen["matmul"] == [1] * layers * len(step_rows)
+    # every step reads the prefilled prompt (all but its last token) from one row per prompt still sampling
+    assert [(length, batch) for length, _, batch in seen["shared"][::layers]] == [
+        (ids.size(1) - 1, batch) for batch in step_rows
+    ]
+    assert all(prompts == 3 for _, prompts, _ in seen["shared"])
+
+
+def test_the_model_gets_sdpa_back_when_the_loop_raises(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    implementations = []
+
+    def fail_on_third_forward(module, args):
+        implementations.append(module.config._attn_implementation)
+        if len(implementations) == 3:
+            raise RuntimeError("forward failed")
+
+    model.register_forward_pre_hook(fail_on_third_forward)
+    config = GenerationConfig(do_sample=True, pad_token_id=0, max_new_tokens=8, top_k=0, eos_token_id=None)
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 2, seed=0)
+    with pytest.raises(RuntimeError, match="forward failed"):
+        sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    assert implementations[1:] == [MATMUL_DECODE] * 2  # after the shared prefill, the loop's forwards
+    assert model.config._attn_implementation == "sdpa"
