@@ -42,6 +42,9 @@ GRID = {
     "B": replace(PREVIOUS, puzzles_per_size=2500, learning_rate=2e-3),
     "C": replace(PREVIOUS, puzzles_per_size=2500, learning_rate=3e-3),
     "D": replace(PREVIOUS, puzzles_per_size=2800, learning_rate=3e-3),
+    # Round 2, registered after round 1 found no passing point: D's examples in twice the steps.
+    "E": replace(PREVIOUS, puzzles_per_size=2800, batch_size=16, learning_rate=2e-3),
+    "F": replace(PREVIOUS, puzzles_per_size=2800, batch_size=16, learning_rate=3e-3),
 }
 VALIDATION_SEED = "warm-start-validation"
 SAMPLES, TEMPERATURE, MAX_NEW_TOKENS = 8, 1.0, 48  # the recipe's eval_max_new_tokens
@@ -170,8 +173,10 @@ def main() -> None:
         timing = build(out / name, GRID[name])
         numbers = headline(measure(out / name, rows, out / name / "validation.json"))
         verdict = failures(numbers, reference) or ["passes"]
-        print(f"{name} ({timing['examples']} examples, lr {GRID[name].learning_rate:g}, {timing['steps']} steps, "
-              f"SFT {timing['seconds']:.0f} s): {fmt(numbers)} -> {'; '.join(verdict)}", flush=True)  # fmt: skip
+        per_example = timing["seconds"] / timing["examples"]
+        print(f"{name} ({timing['examples']} examples, lr {GRID[name].learning_rate:g}, batch {GRID[name].batch_size}, "
+              f"{timing['steps']} steps, SFT {timing['seconds']:.0f} s = {per_example:.3f} s per example): "
+              f"{fmt(numbers)} -> {'; '.join(verdict)}", flush=True)  # fmt: skip
     if args.held_out:
         chosen = held_out(out / f"held-out-{args.held_out}", str(out / args.held_out))
         before = held_out(out / "held-out-previous", str(previous))
