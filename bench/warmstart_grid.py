@@ -10,7 +10,7 @@ so a rerun only does what is missing.
 
 Run (1 torch thread, as measured; PREVIOUS: the cached folder of the previous warm start, tiny-8dc7349d-v2):
   OMP_NUM_THREADS=1 python bench/warmstart_grid.py --out results/warmstart-grid --previous PREVIOUS
-  OMP_NUM_THREADS=1 python bench/warmstart_grid.py --out results/warmstart-grid --previous PREVIOUS --held-out D
+  OMP_NUM_THREADS=1 python bench/warmstart_grid.py --out results/warmstart-grid --previous PREVIOUS --held-out F
 Without --previous, the previous warm start is built too (282 steps, about 12 minutes on one shared core).
 """
 
@@ -36,7 +36,7 @@ from lopti.tasks.kk.prompts import trainer_prompt
 from lopti.tasks.registry import get_task
 
 RECIPE = Path(__file__).resolve().parent.parent / "lopti" / "configs" / "kk-tiny-cpu.yaml"
-PREVIOUS = WarmStartConfig(puzzles_per_size=4500, learning_rate=2e-3)  # the default at commit 4faa4ff
+PREVIOUS = WarmStartConfig(puzzles_per_size=4500, learning_rate=2e-3, batch_size=32)  # the default at commit 4faa4ff
 GRID = {
     "A": replace(PREVIOUS, puzzles_per_size=2000, learning_rate=3e-3),
     "B": replace(PREVIOUS, puzzles_per_size=2500, learning_rate=2e-3),
