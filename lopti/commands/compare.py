@@ -2,8 +2,10 @@
 
 Variants change only the method; a variant is any method name of `lopti.core.methods` (`grpo`, `ar`,
 `lopti`, `ar+lopti`, the token-credit presets such as `stapo`, `entropy20`, `clip_cov`, and combinations
-such as `ar+stapo`). All see the same number of generated batches (RL steps), as in the paper: Lopti
-makes two update passes per batch, so its runs take twice the optimizer steps of the others. The base
+such as `ar+stapo`), or one of Lopti's controls, `grpo2` (two passes per batch on every token) and
+`lopti_random` (two passes on a random split of Lopti's sizes). All see the same number of generated
+batches (RL steps), as in the paper: Lopti and its controls make two update passes per batch, so their
+runs take twice the optimizer steps of the others. The base
 estimator is the recipe's (GRPO, or REINFORCE++ with `advantage_estimator: reinforce_pp`). Seeds change
 the trainer seed (sampling); the data and the held-out set stay fixed.
 
@@ -46,8 +48,10 @@ class CompareConfig:
         default_factory=lambda: list(VARIANTS),
         metadata={
             "help": "Methods to compare: grpo, ar, lopti, ar+lopti, a token-credit preset (stapo, entropy20, "
-            "clip_cov, ...; docs/token-credit.md) or parts joined with '+' (ar+stapo). A variant's presets replace "
-            "the recipe's token_credit; the recipe's ar_alpha and preset constants are kept."
+            "clip_cov, ...; docs/token-credit.md), parts joined with '+' (ar+stapo), or Lopti's controls grpo2 "
+            "(two passes per batch on every token) and lopti_random (a random split of Lopti's sizes; also "
+            "ar+lopti_random). A variant's presets replace the recipe's token_credit; the recipe's ar_alpha and "
+            "preset constants are kept."
         },
     )
     seeds: list[int] = field(
@@ -110,6 +114,8 @@ def variant_settings(base: dict[str, Any], variant: str, seed: int) -> dict[str,
     }
     if rhythm:
         settings["save_steps"] = rhythm * (2 if spec.lopti else 1)
+    if spec.lopti_split != "probability" or "lopti_split" in base:  # the paper's variants keep their settings
+        settings["lopti_split"] = spec.lopti_split
     # written only when a preset is involved, so the paper's four variants keep the settings they always had
     if spec.token_credit or "token_credit" in base or "token_credit_kwargs" in base:
         settings["token_credit"] = list(spec.token_credit)

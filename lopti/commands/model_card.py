@@ -38,8 +38,13 @@ def method_line(args: LoptiGRPOConfig) -> str:
     parts = [ESTIMATOR_NAMES.get(args.advantage_estimator, args.advantage_estimator)]
     if args.ar_alpha > 0:
         parts.append(f"AR (α = {args.ar_alpha:g})")
-    if args.lopti:
-        parts.append(f"Lopti (η = {args.lopti_eta:g}, {ORDER_WORDS.get(args.lopti_order, args.lopti_order)})")
+    order = ORDER_WORDS.get(args.lopti_order, args.lopti_order)
+    if args.lopti and args.lopti_split == "none":
+        parts.append("two update passes per batch on every token (Lopti's control)")
+    elif args.lopti and args.lopti_split == "random":
+        parts.append(f"Lopti's schedule on a random token split (the sizes of η = {args.lopti_eta:g}, {order})")
+    elif args.lopti:
+        parts.append(f"Lopti (η = {args.lopti_eta:g}, {order})")
     return " + ".join(parts)
 
 
@@ -69,6 +74,7 @@ def task_words(run: RunConfig) -> str:
 def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:
     """Return the run's method settings as a markdown table."""
     prompts = args.generation_batch_size // args.num_generations
+    split = "" if args.lopti_split == "probability" else f", split `{args.lopti_split}`"
     clip = f"ε {args.epsilon:g}" + (f" / {args.epsilon_high:g}" if args.epsilon_high is not None else "")
     rows = {
         "base model": base_model_words(run.model),
@@ -76,7 +82,7 @@ def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:
         "method": method_line(args),
         "advantage estimator": f"`{args.advantage_estimator}`" if args.advantage_estimator else "TRL's",
         "AR α": f"{args.ar_alpha:g}" + (" (off)" if args.ar_alpha == 0 else ""),
-        "Lopti": f"η = {args.lopti_eta:g}, order `{args.lopti_order}`" if args.lopti else "off",
+        "Lopti": f"η = {args.lopti_eta:g}, order `{args.lopti_order}`{split}" if args.lopti else "off",
         "learning rate": f"{args.learning_rate:g} ({SchedulerType(args.lr_scheduler_type).value} schedule)",
         "optimizer steps": str(args.max_steps) if args.max_steps > 0 else f"{args.num_train_epochs:g} epochs",
         "generated batch": f"{prompts} prompts × {args.num_generations} completions",

@@ -16,11 +16,14 @@ from lopti.core.credit import CreditContext, CreditStep, TokenCredit, ar_credit,
 from lopti.core.credit_presets import PRESETS, credit_problems, make_credit_steps
 from lopti.core.isolation import (
     ORDERS,
+    SPLITS,
     isolate_advantages,
     lopti_phase,
     low_prob_mask,
     phase_masks,
     quantile_eta,
+    random_phase_masks,
+    split_seed,
 )
 from lopti.core.kl import KL_ESTIMATORS, kl_penalty
 from lopti.core.loss import clipped_policy_loss
@@ -33,6 +36,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "ORDERS",
     "PRESETS",
+    "SPLITS",
     "CreditContext",
     "CreditStep",
     "ObjectiveTerms",
@@ -56,10 +60,12 @@ __all__ = [
     "masked_whiten",
     "phase_masks",
     "quantile_eta",
+    "random_phase_masks",
     "reinforce_pp_advantages",
     "reinforce_pp_baseline_advantages",
     "reweight_advantages",
     "rloo_advantages",
+    "split_seed",
     "token_advantages",
     "token_objective",
 ]

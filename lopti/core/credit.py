@@ -26,7 +26,7 @@ import torch
 
 from lopti.core._validate import check_same_shape
 from lopti.core.constants import EPS_HIGH, EPS_LOW, LOPTI_ETA
-from lopti.core.isolation import Order, phase_masks
+from lopti.core.isolation import SPLITS, Order, Split, phase_masks, random_phase_masks
 from lopti.core.reweight import ar_weights
 
 
@@ -77,14 +77,28 @@ def ar_credit(alpha: float) -> CreditStep:
     return ar
 
 
-def lopti_credit(eta: float = LOPTI_ETA, order: Order = "low_first") -> CreditStep:
+def lopti_credit(
+    eta: float = LOPTI_ETA, order: Order = "low_first", split: Split = "probability", seed: int | None = None
+) -> CreditStep:
     """Return Lopti as a credit step: the phase's tokens (split by π_old < η) keep the policy gradient,
-    and pay their KL and entropy terms, in that phase only (docs/paper.md §5)."""
+    and pay their KL and entropy terms, in that phase only (docs/paper.md §5).
+
+    `split` chooses the phase's tokens: `probability` (Lopti), `random` (the same sizes drawn with `seed`:
+    `random_phase_masks`) or `none` (every token in both phases: GRPO with two passes).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
 
     def lopti(context: CreditContext) -> TokenCredit:
-        if context.phase is None:
+        if context.phase is None or split == "none":
             return TokenCredit()
-        active = phase_masks(context.old_logprobs, context.response_mask, eta, order)[context.phase]
+        if split == "random":
+            if seed is None:
+                raise ValueError("split='random' needs a seed")
+            masks = random_phase_masks(context.old_logprobs, context.response_mask, seed, eta, order)
+        else:
+            masks = phase_masks(context.old_logprobs, context.response_mask, eta, order)
+        active = masks[context.phase]
         return TokenCredit(keep=active, regularised=active)
 
     return lopti

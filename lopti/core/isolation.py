@@ -4,10 +4,15 @@ The response tokens of one RL-step batch are split once by π_old: low = π_old 
 Phase 1 runs the whole actor update on one group (low by default), phase 2 reruns it from the updated
 weights on the other group, against the same π_old. Phases are applied by zeroing advantages outside
 the active group, so loss denominators keep counting every response token.
+
+Two controls of the ablation keep this schedule and change only the split (`SPLITS`): `random` draws
+phase 1's tokens at random, as many as π_old < η would give it (`random_phase_masks`), and `none`
+updates every token in both passes (GRPO with two passes per batch).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Literal
 
@@ -18,6 +23,8 @@ from lopti.core.constants import LOPTI_ETA
 
 Order = Literal["low_first", "high_first"]
 ORDERS: tuple[str, ...] = ("low_first", "high_first")
+Split = Literal["probability", "random", "none"]
+SPLITS: tuple[str, ...] = ("probability", "random", "none")
 
 
 def low_prob_mask(old_logprobs: torch.Tensor, response_mask: torch.Tensor, eta: float = LOPTI_ETA) -> torch.Tensor:
@@ -44,6 +51,38 @@ def phase_masks(
     low = low_prob_mask(old_logprobs, response_mask, eta)
     high = response_mask.bool() & ~low
     return (low, high) if order == "low_first" else (high, low)
+
+
+def random_phase_masks(
+    old_logprobs: torch.Tensor,
+    response_mask: torch.Tensor,
+    seed: int,
+    eta: float = LOPTI_ETA,
+    order: Order = "low_first",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (phase-1 mask, phase-2 mask): a random partition of the valid response tokens whose phase 1
+    has exactly as many tokens as `phase_masks` would give it.
+
+    Lopti's control: the same two passes with groups of the same sizes, but tokens chosen regardless of
+    π_old. What Lopti gains over it comes from ordering the update by probability, not from splitting it
+    into two steps. The draw depends only on `seed` and the mask (a CPU generator), so it is the same on
+    every device, in both passes over a batch and in a resumed run.
+    """
+    first, _ = phase_masks(old_logprobs, response_mask, eta, order)
+    valid = response_mask.bool()
+    positions = valid.flatten().nonzero().squeeze(1)
+    generator = torch.Generator().manual_seed(seed)
+    chosen = positions[torch.randperm(len(positions), generator=generator)[: int(first.sum())].to(positions.device)]
+    random_first = torch.zeros(valid.numel(), dtype=torch.bool, device=valid.device)
+    random_first[chosen] = True
+    random_first = random_first.view(valid.shape)
+    return random_first, valid & ~random_first
+
+
+def split_seed(*keys: int) -> int:
+    """Return a 63-bit seed determined by `keys` (e.g. the run's seed, the RL step, the micro-batch)."""
+    digest = hashlib.sha256(",".join(str(int(key)) for key in keys).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def quantile_eta(old_logprobs: torch.Tensor, response_mask: torch.Tensor, quantile: float) -> float:

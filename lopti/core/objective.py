@@ -31,7 +31,7 @@ import torch
 from lopti.core._validate import check_mask
 from lopti.core.constants import DUAL_CLIP, EPS_HIGH, EPS_LOW, LOPTI_ETA
 from lopti.core.credit import CreditContext, CreditStep, TokenCredit, ar_credit, combine_credit, lopti_credit
-from lopti.core.isolation import Order, isolate_advantages
+from lopti.core.isolation import Order, Split, isolate_advantages
 from lopti.core.kl import KLEstimator, kl_penalty
 from lopti.core.loss import clipped_policy_loss
 
@@ -64,6 +64,8 @@ def token_objective(
     phase: int | None = None,
     eta: float = LOPTI_ETA,
     order: Order = "low_first",
+    split: Split = "probability",
+    split_seed: int | None = None,
     eps_low: float = EPS_LOW,
     eps_high: float = EPS_HIGH,
     dual_clip: float | None = DUAL_CLIP,
@@ -76,8 +78,10 @@ def token_objective(
     """Return the objective's per-token terms for (B, T) log-probs, advantages and response mask.
 
     `phase` is None without Lopti, else 0 or 1: the Lopti phase whose group of tokens (split by
-    π_old < `eta` in `order`) gets advantages, KL and entropy. α = 0, no phase and no `credit` give
-    plain GRPO. `credit` maps names to further credit steps, applied after AR and Lopti in order.
+    π_old < `eta` in `order`) gets advantages, KL and entropy; `split` `random` draws groups of the same
+    sizes with `split_seed`, `none` gives every token to both phases (the controls of `lopti_credit`).
+    α = 0, no phase and no `credit` give plain GRPO. `credit` maps names to further credit steps,
+    applied after AR and Lopti in order.
     `entropies` feed the steps that need them and, with `entropy_bonus`, the entropy term H.
     """
     if phase not in (None, 0, 1):
@@ -86,7 +90,7 @@ def token_objective(
     clashing = sorted(set(credit or {}) & set(BUILT_IN_STEPS))
     if clashing:
         raise ValueError(f"credit step name(s) {clashing} are taken by the built-in AR and Lopti steps")
-    steps = {"ar": ar_credit(alpha), "lopti": lopti_credit(eta, order), **(credit or {})}
+    steps = {"ar": ar_credit(alpha), "lopti": lopti_credit(eta, order, split, split_seed), **(credit or {})}
     context = CreditContext(logprobs, old_logprobs, advantages, valid, entropies, phase, eps_low, eps_high)
     combined, decisions = combine_credit(context, steps)
     weights = combined.weights  # the AR step always gives weights (all ones for α = 0)

@@ -95,9 +95,14 @@ class ProbeConfig:
             raise ValueError(f"methods: none given; choose from {', '.join(PAPER_METHODS)} or a credit preset")
         for name in self.methods:
             try:
-                parse_method(name)
+                spec = parse_method(name)
             except ValueError as error:
                 raise ValueError(f"methods: {error}") from None
+            if spec.lopti_split != "probability":  # what they control for shows only over training
+                raise ValueError(
+                    f"methods: {name.strip()} is a training control of `lopti compare` (Lopti's two passes on "
+                    "other tokens); the probe compares one update of grpo, ar, lopti and the credit presets"
+                )
         self.methods = tuple(name.strip().lower() for name in self.methods)  # result keys: one spelling
         repeated = sorted({n for n in self.methods if self.methods.count(n) > 1})
         if repeated:

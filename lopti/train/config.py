@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from trl import GRPOConfig
 
-from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, credit_problems
+from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, SPLITS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
 
@@ -45,6 +45,16 @@ class LoptiGRPOConfig(GRPOConfig):
     lopti_order: str = field(
         default="low_first",
         metadata={"help": "'low_first' (the paper's method) or 'high_first' (its ablation, worse than GRPO)."},
+    )
+    lopti_split: str = field(
+        default="probability",
+        metadata={
+            "help": "Which tokens each Lopti pass updates. 'probability': π_old < lopti_eta, then the rest (the "
+            "paper's method). Two controls on the same schedule: 'random': in each micro-batch a random set of as "
+            "many tokens as 'probability' puts in pass 1, then the rest, drawn from the seed and the RL step "
+            "(lopti compare's lopti_random); 'none': every token in both passes (GRPO with two passes per "
+            "generated batch, lopti compare's grpo2). Needs lopti=True."
+        },
     )
     advantage_estimator: str | None = field(
         default=None,
@@ -169,6 +179,12 @@ class LoptiGRPOConfig(GRPOConfig):
             problems.append(f"probability_buckets: {error}")
         if self.lopti_order not in ORDERS:
             problems.append(f"lopti_order must be one of {ORDERS}, got {self.lopti_order!r}")
+        if self.lopti_split not in SPLITS:
+            problems.append(f"lopti_split must be one of {SPLITS}, got {self.lopti_split!r}")
+        elif self.lopti_split != "probability" and not self.lopti:
+            problems.append(
+                f"lopti_split={self.lopti_split!r} chooses the tokens of Lopti's two passes, so it needs lopti=True"
+            )
         if self.advantage_estimator is not None and self.advantage_estimator not in ESTIMATORS:
             problems.append(
                 f"advantage_estimator must be None or one of {ESTIMATORS}, got {self.advantage_estimator!r}"

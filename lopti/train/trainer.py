@@ -31,6 +31,7 @@ from lopti.core import (
     lopti_phase,
     low_prob_mask,
     make_credit_steps,
+    split_seed,
     token_advantages,
     token_objective,
 )
@@ -239,6 +240,16 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         cycle_step = self._step % (self.args.steps_per_generation * self.num_iterations)
         return lopti_phase(cycle_step, self.args.steps_per_generation)
 
+    def lopti_split_seed(self) -> int:
+        """Return the seed of the current micro-batch's random split (`lopti_split='random'`): from the trainer
+        seed, the RL step, the micro-batch's slot in the generated batch and the process, so both passes over
+        a micro-batch draw the same split. The RL step comes from the optimizer steps, which a resumed run
+        restores (TRL's micro-step counter restarts at 0); LoptiGRPOConfig makes a batch whole optimizer steps."""
+        per_batch = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+        rl_step = self.state.global_step // per_batch
+        slot = self._step % self.args.steps_per_generation
+        return split_seed(self.args.seed, rl_step, slot, self.accelerator.process_index)
+
     # --- TRL override 3: the loss is lopti.core's objective; what stays here is TRL's plumbing.
     def _compute_loss(self, model, inputs):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -266,6 +277,8 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
             phase=phase,
             eta=self.args.lopti_eta,
             order=self.args.lopti_order,
+            split=self.args.lopti_split,
+            split_seed=self.lopti_split_seed() if phase is not None and self.args.lopti_split == "random" else None,
             eps_low=self.epsilon_low,
             eps_high=self.epsilon_high,
             dual_clip=self.args.dual_clip,
@@ -375,7 +388,7 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
             for k, label in enumerate(labels):
                 metrics[f"probs/{sign}share_{label}"].append(token_share[k].item())
                 metrics[f"probs/{sign}grad_share_{label}"].append(gradient_share[k].item())
-        if self.args.lopti and phase == 1:
+        if self.args.lopti and phase == 1 and self.args.lopti_split != "none":  # "none": no phase-1-only tokens
             moved = (logps.detach() - old_logps).abs()
             for name, where in (("phase1_tokens", mask.bool() & ~active), ("phase2_tokens", active)):
                 metrics[f"lopti/dlogp_{name}"].append(self._gathered_mean(moved, where))

@@ -5,7 +5,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lopti.core import isolate_advantages, lopti_phase, low_prob_mask, phase_masks, quantile_eta
+from lopti.core import (
+    isolate_advantages,
+    lopti_phase,
+    low_prob_mask,
+    phase_masks,
+    quantile_eta,
+    random_phase_masks,
+    split_seed,
+)
 
 
 def test_low_mask_is_strict():
@@ -88,3 +96,47 @@ def test_bad_order_and_all_padding():
 def test_eta_threshold_is_exact_in_log_space():
     old = torch.tensor([[math.log(0.5)]])
     assert not low_prob_mask(old, torch.ones(1, 1), 0.5).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    eta=st.floats(0.05, 0.95),
+    order=st.sampled_from(["low_first", "high_first"]),
+)
+def test_random_split_keeps_the_probability_splits_sizes_on_the_response_tokens(seed, eta, order):
+    generator = torch.Generator().manual_seed(seed)
+    old = torch.log(torch.rand(5, 11, generator=generator).clamp(min=1e-6))
+    mask = torch.rand(5, 11, generator=generator) > 0.3
+    mask[0, 0] = True
+    first, second = random_phase_masks(old, mask, seed, eta, order)
+    by_probability = phase_masks(old, mask, eta, order)[0]
+    assert int(first.sum()) == int(by_probability.sum())
+    assert not (first & second).any() and torch.equal(first | second, mask)
+    assert first.dtype == torch.bool and first.shape == mask.shape
+    again = random_phase_masks(old, mask, seed, eta, order)
+    assert torch.equal(again[0], first) and torch.equal(again[1], second)
+
+
+def test_random_split_is_not_the_probability_split_and_changes_with_the_seed():
+    # 40 tokens, π_old rising from 0.01 to 0.99: 20 lie below η = 0.5, all in the first half of each row
+    old = torch.linspace(0.01, 0.99, 40).log().view(2, 20).T.contiguous()
+    mask = torch.ones(20, 2)
+    low = phase_masks(old, mask, 0.5)[0]
+    draws = [random_phase_masks(old, mask, seed, 0.5)[0] for seed in range(5)]
+    assert all(int(draw.sum()) == int(low.sum()) == 20 for draw in draws)
+    assert all(not torch.equal(draw, low) for draw in draws)
+    assert all(draw.float().mean(0).min() > 0.2 for draw in draws)  # high tokens are drawn too
+    assert len({tuple(draw.flatten().tolist()) for draw in draws}) == 5
+    # padding is never drawn, and a split with nothing below η draws nothing
+    padded = mask.clone()
+    padded[10:] = 0
+    first, _ = random_phase_masks(old, padded, 0, 0.5)
+    assert not first[10:].any() and int(first.sum()) == int(phase_masks(old, padded, 0.5)[0].sum())
+    assert not random_phase_masks(old, mask, 0, 0.005)[0].any()
+
+
+def test_split_seed_depends_on_every_key():
+    seeds = {split_seed(run, step, slot) for run in (0, 1) for step in (0, 1) for slot in (0, 1)}
+    assert len(seeds) == 8 and split_seed(0, 1, 0) == split_seed(0, 1, 0)
+    assert all(0 <= seed < 2**63 for seed in seeds)

@@ -73,3 +73,23 @@ def test_gradient_reaches_only_the_phase_tokens():
 def test_bad_phase_is_named():
     with pytest.raises(ValueError, match="phase must be None \\(no Lopti\\), 0 or 1, got 2"):
         token_objective(OLD, OLD, ADVANTAGES, MASK, phase=2)
+
+
+def test_controls_keep_the_schedule_and_change_the_tokens():
+    # split "none": both phases are the plain objective (GRPO twice); "random": the phases partition the
+    # response tokens, phase 1 as large as π_old < 0.5's group (2 tokens: 0.2 and 0.4)
+    logprobs = OLD + torch.tensor([[0.3, -0.4, 0.1], [2.0, -0.2, 0.0]])
+    plain = token_objective(logprobs, OLD, ADVANTAGES, MASK, ref_logprobs=OLD - 1.0)
+    for phase in (0, 1):
+        both = token_objective(logprobs, OLD, ADVANTAGES, MASK, phase=phase, split="none", ref_logprobs=OLD - 1.0)
+        assert torch.equal(both.policy, plain.policy) and torch.equal(both.kl, plain.kl)
+        assert torch.equal(both.active, MASK.bool())
+    first, second = (
+        token_objective(OLD.clone(), OLD, ADVANTAGES, MASK, phase=phase, split="random", split_seed=3).active
+        for phase in (0, 1)
+    )
+    assert int(first.sum()) == 2 and torch.equal(first | second, MASK.bool()) and not (first & second).any()
+    with pytest.raises(ValueError, match="split='random' needs a seed"):
+        token_objective(OLD, OLD, ADVANTAGES, MASK, phase=0, split="random")
+    with pytest.raises(ValueError, match="split must be one of \\('probability', 'random', 'none'\\), got 'middle'"):
+        token_objective(OLD, OLD, ADVANTAGES, MASK, phase=0, split="middle")

@@ -26,7 +26,11 @@ def test_setting_only_beta_gives_the_papers_kl():
 
 def test_valid_lopti_setup():
     c = config(lopti=True, num_iterations=2, ar_alpha=0.3, dual_clip=10.0, advantage_estimator="grpo")
-    assert c.lopti and c.num_iterations == 2
+    assert c.lopti and c.num_iterations == 2 and c.lopti_split == "probability"
+    for split in ("random", "none"):  # Lopti's controls: the same schedule
+        assert config(lopti=True, num_iterations=2, lopti_split=split).lopti_split == split
+    with pytest.raises(ValueError, match="set num_iterations=2 \\(got 1\\)"):
+        config(lopti=True, lopti_split="none")
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,14 @@ def test_valid_lopti_setup():
         (dict(ar_alpha=1.5), "ar_alpha must be in \\[0, 1\\], got 1.5"),
         (dict(lopti_eta=1.0), "lopti_eta must be in \\(0, 1\\)"),
         (dict(lopti_order="middle_first"), "lopti_order must be one of"),
+        (
+            dict(lopti_split="sideways"),
+            "lopti_split must be one of \\('probability', 'random', 'none'\\), got 'sideways'",
+        ),
+        (
+            dict(lopti_split="none"),
+            "lopti_split='none' chooses the tokens of Lopti's two passes, so it needs lopti=True",
+        ),
         (dict(advantage_estimator="ppo"), "advantage_estimator must be None or one of"),
         (dict(dual_clip=0.5), "dual_clip must be > 1"),
         (dict(lopti=True), "set num_iterations=2 \\(got 1\\)"),
