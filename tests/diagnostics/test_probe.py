@@ -3,6 +3,7 @@ model end to end, and bad input."""
 
 import json
 import math
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -259,6 +260,9 @@ def test_bad_settings_are_named():
         ProbeConfig(methods=("clip_cov+kl_cov",)).check()
     with pytest.raises(ValueError, match=r"methods: ar\+stapo listed twice"):
         ProbeConfig(methods="ar+stapo,AR+STAPO").check()
+    for control in ("grpo2", "ar+lopti_random"):  # Lopti's controls act over training, not in one update
+        with pytest.raises(ValueError, match=rf"methods: {re.escape(control)} is a training control of"):
+            ProbeConfig(methods=f"grpo,{control}").check()
     with pytest.raises(ValueError, match="adamw_warm needs warmup_updates ≥ 1, got 0"):
         ProbeConfig(optimizers=("adamw_warm",), warmup_updates=0).check()
 

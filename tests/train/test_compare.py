@@ -31,6 +31,19 @@ def test_variants_keep_the_number_of_rl_steps():
     assert "token_credit" not in grpo and "token_credit" not in both  # as before presets existed
 
 
+def test_loptis_controls_get_its_schedule_and_their_split():
+    base = {"max_steps": 80, "num_iterations": 2, "lopti": True, "ar_alpha": 0.3, "save_steps": 40}
+    grpo2, random, ar_random = (variant_settings(base, v, 0) for v in ("grpo2", "lopti_random", "ar+lopti_random"))
+    schedule = ("max_steps", "num_iterations", "save_steps", "lopti", "lopti_split", "ar_alpha")
+    assert [tuple(s[k] for k in schedule) for s in (grpo2, random, ar_random)] == [
+        (80, 2, 40, True, "none", 0.0),
+        (80, 2, 40, True, "random", 0.0),
+        (80, 2, 40, True, "random", 0.3),
+    ]  # twice GRPO's optimizer steps (40), on as many generated batches
+    assert "lopti_split" not in variant_settings(base, "lopti", 0)  # the paper's variants keep their settings
+    assert variant_settings({**base, "lopti_split": "random"}, "lopti", 0)["lopti_split"] == "probability"
+
+
 def test_preset_variants_replace_the_recipes_token_credit():
     base = {
         "max_steps": 40, "ar_alpha": 0.2, "token_credit": ["clip_cov"],
@@ -55,6 +68,8 @@ def test_preset_variants_replace_the_recipes_token_credit():
         ("grpo,grpo+stapo", "--variants: method 'grpo+stapo': 'grpo' is the plain objective"),
         ("stapo,entropy0", "--variants: method 'entropy0': entropy0 needs a share between 1 and 99 percent"),
         ("ar,ar", "--variants: ar listed twice"),
+        ("grpo,grpo2,lopti_randm", "--variants: method 'lopti_randm': unknown part 'lopti_randm'"),
+        ("grpo2,lopti+lopti_random", "--variants: method 'lopti+lopti_random': lopti and lopti_random each choose"),
     ],
 )
 def test_bad_variants_fail_before_anything_is_written(tmp_path, capsys, variants, says):
@@ -169,3 +184,22 @@ def test_small_study_end_to_end(recipe, tmp_path, capsys):
     # another study in the same folder is refused before anything is touched
     assert main([*argv[:-2], "--out", str(out), "--learning_rate", "0.5"]) == 2
     assert "holds a comparison with other settings (base differ)" in capsys.readouterr().err
+
+
+def test_small_study_of_loptis_controls(recipe, tmp_path):
+    out = tmp_path / "study"
+    argv = ["compare", "--config", str(recipe), "--variants", "grpo,grpo2,lopti_random", "--seeds", "0"]
+    assert main([*argv, "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results["summary"]) == ["grpo", "grpo2", "lopti_random"]
+    for variant, steps, split in (("grpo", 2, None), ("grpo2", 4, "none"), ("lopti_random", 4, "random")):
+        run = out / "runs" / f"{variant}-s0"
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        assert max(json.loads(line)["step"] for line in lines) == steps  # the same 2 generated batches each
+        settings = yaml.safe_load((run / "config.yaml").read_text())
+        assert (settings.get("lopti_split"), settings["num_iterations"]) == (split, 2 if split else 1)
+    assert (
+        "| method | GRPO + two update passes per batch on every token"
+        in (out / "runs" / "grpo2-s0" / "README.md").read_text()
+    )
+    assert "| grpo2 | 1 |" in (out / "results.md").read_text()

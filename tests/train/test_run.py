@@ -62,7 +62,10 @@ def metric_lines(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_resumed_run_ends_like_an_uninterrupted_one(settings, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("split", ["probability", "random"])
+def test_resumed_run_ends_like_an_uninterrupted_one(settings, tmp_path, monkeypatch, capsys, split, peaked_model_dir):
+    if split == "random":  # the split's seed survives the resume; the peaked model puts tokens on both sides of η
+        settings = {**settings, "lopti_split": split, "model": str(peaked_model_dir)}
     whole = train({**settings, "output_dir": str(tmp_path / "whole")})
     assert {"config.yaml", "metrics.jsonl", "final", "checkpoint-2", "checkpoint-4"} <= {
         p.name for p in whole.iterdir()
