@@ -30,17 +30,25 @@ def test_padding_is_never_low_or_high():
     assert high.tolist() == [[False, True, False]]
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    eta=st.floats(0.01, 0.99),
-    order=st.sampled_from(["low_first", "high_first"]),
-)
-def test_phase_masks_partition_valid_tokens(seed, eta, order):
+def random_batch(seed: int, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return random π_old log-probs and a response mask of about 70% tokens (never empty)."""
     generator = torch.Generator().manual_seed(seed)
-    old = torch.log(torch.rand(6, 9, generator=generator).clamp(min=1e-6))
-    mask = torch.rand(6, 9, generator=generator) > 0.3
+    old = torch.log(torch.rand(rows, width, generator=generator).clamp(min=1e-6))
+    mask = torch.rand(rows, width, generator=generator) > 0.3
     mask[0, 0] = True
+    return old, mask
+
+
+# a batch's seed, a threshold and an order
+SPLIT_CASES = dict(
+    seed=st.integers(0, 10_000), eta=st.floats(0.01, 0.99), order=st.sampled_from(["low_first", "high_first"])
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**SPLIT_CASES)
+def test_phase_masks_partition_valid_tokens(seed, eta, order):
+    old, mask = random_batch(seed, 6, 9)
     first, second = phase_masks(old, mask, eta, order)
     assert not (first & second).any()
     assert torch.equal(first | second, mask)
@@ -99,16 +107,9 @@ def test_eta_threshold_is_exact_in_log_space():
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    eta=st.floats(0.05, 0.95),
-    order=st.sampled_from(["low_first", "high_first"]),
-)
+@given(**SPLIT_CASES)
 def test_random_split_keeps_the_probability_splits_sizes_on_the_response_tokens(seed, eta, order):
-    generator = torch.Generator().manual_seed(seed)
-    old = torch.log(torch.rand(5, 11, generator=generator).clamp(min=1e-6))
-    mask = torch.rand(5, 11, generator=generator) > 0.3
-    mask[0, 0] = True
+    old, mask = random_batch(seed, 5, 11)
     first, second = random_phase_masks(old, mask, seed, eta, order)
     by_probability = phase_masks(old, mask, eta, order)[0]
     assert int(first.sum()) == int(by_probability.sum())
