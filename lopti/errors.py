@@ -93,3 +93,11 @@ def disk_full_message(error: BaseException, folder: str | Path | None, since: fl
         return None
     path = named or (newest_file(folder, since) if folder.is_dir() else None) or folder
     return f"no space left on device while writing {path}; free some space, then run the command again"
+
+
+class UserError(ValueError):
+    """A setting, file or folder the user can fix; the message names it and says what to change (exit status 2)."""
+
+
+class NumericalFailure(RuntimeError):
+    """Training met a non-finite number where no setting was wrong (a diverged model); exit status 1."""

@@ -1,5 +1,6 @@
 """The paper's math as small pure torch functions; see docs/paper.md for each section cited."""
 
+from lopti.core._validate import NonFiniteError
 from lopti.core.advantages import (
     ESTIMATORS,
     dr_grpo_advantages,
@@ -39,6 +40,7 @@ __all__ = [
     "SPLITS",
     "CreditContext",
     "CreditStep",
+    "NonFiniteError",
     "ObjectiveTerms",
     "TokenCredit",
     "aggregate_loss",

@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 
 
+class NonFiniteError(ValueError):
+    """A tensor holds NaN or inf (raised by `check_finite`); callers that know where the numbers came from, such as
+    a trainer, report it as a numerical failure rather than as a bad argument."""
+
+
 def check_same_shape(**tensors: torch.Tensor) -> None:
     """Raise unless every named tensor has the same shape."""
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
@@ -18,7 +23,7 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
     bad = ~torch.isfinite(tensor)
     if bad.any():
         first = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{name} has {int(bad.sum())} non-finite value(s), first at index {first}")
+        raise NonFiniteError(f"{name} has {int(bad.sum())} non-finite value(s), first at index {first}")
 
 
 def check_unit_interval(name: str, value: float, *, open_low: bool = False, open_high: bool = False) -> None:

@@ -4,6 +4,7 @@
   `GROWTH_LIMIT` × its value when training started; otherwise the run stops before the step's checkpoint is
   written (TRL would otherwise save the weights and die later in sampling with "probability tensor contains
   either inf, nan").
+- Failing rewards: `explain_reward_errors` names the reward function and the first sample it raised on.
 - Non-finite rewards and losses: a reward function returning nan or ±inf is reported with its name and the
   sample, its value becomes TRL's "no reward" (None), and every optimizer step trained on that generated
   batch is skipped; so is a step with a non-finite loss. Skipping drops the gradients before
@@ -14,9 +15,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +46,44 @@ def excerpt(completion: Any, limit: int = 60) -> str:
         completion = completion[-1].get("content", "")
     text = str(completion)
     return repr(text[:limit] + ("…" if len(text) > limit else ""))
+
+
+def _reward_name(func: Any) -> str:
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def is_python_reward(func: Any) -> bool:
+    """Return True for a plain callable reward (not a reward-model name or module)."""
+    return callable(func) and not isinstance(func, (str, torch.nn.Module))
+
+
+def explain_reward_errors(
+    func: Callable[..., list[float]], check: Callable[[str, list, list], list] | None = None
+) -> Callable[..., list[float]]:
+    """Return `func` wrapped so that an exception names the function and the first failing sample, and its
+    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf)."""
+
+    @functools.wraps(func)
+    def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        try:
+            values = func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
+            for index in range(len(completions)):
+                one = {
+                    k: v[index : index + 1] if isinstance(v, list) and len(v) == len(completions) else v
+                    for k, v in kwargs.items()
+                }
+                try:
+                    func(prompts=prompts[index : index + 1], completions=completions[index : index + 1], **one)
+                except Exception as sample_error:
+                    raise RuntimeError(
+                        f"reward function {_reward_name(func)!r} raised on sample {index} of the batch "
+                        f"({type(sample_error).__name__}: {sample_error})"
+                    ) from error
+            raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
+        return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
+
+    return wrapped
 
 
 class TrainingGuard(TrainerCallback):

@@ -7,12 +7,10 @@ followed by all its completions). Generation likewise runs each distinct prompt'
 KV cache to the rows that repeat it, and rows that have ended leave the sampling loop's batch
 (`shared_prefill_generate`, lopti/train/decode.py). And with several passes over a generated batch, the first
 pass's forward runs on the weights that generated it, so its log-probs serve as the old ones and TRL's
-separate old log-prob forward is skipped (`PackedForwards._skips_old_forward`).
+separate old log-prob forward is skipped. `CpuFastPath` (lopti/train/fast_path.py) hooks these into the trainer.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 from accelerate.utils import is_peft_model
@@ -100,59 +98,3 @@ def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torc
         model, input_ids=input_ids, attention_mask=attention_mask, cache=cache,
         custom_generate=sample_unfinished_rows, **kwargs,
     )  # fmt: skip
-
-
-class PackedForwards:
-    """Mixin for TRL's GRPOTrainer: its rollout and log-prob forwards with each prompt once per group on the CPU.
-
-    `_packed_logps` is for the trainer's `_get_per_token_logps_and_entropies` to try first; `_generate_single_turn`
-    (a TRL private method, guarded by tests/train/test_trl_contract.py) wraps TRL's rollout; `_skips_old_forward`
-    says when the trainer may leave out the old log-prob forward.
-    """
-
-    def _skips_old_forward(self) -> bool:
-        """Return True when TRL would run a forward for the old log-probs that the first pass's own forward gives.
-
-        TRL runs it when a generated batch serves more than one optimizer step (num_iterations > 1 or more micro-
-        batches than an accumulation); if the whole first pass is one optimizer step (steps_per_generation equals
-        gradient_accumulation_steps), every micro-batch of that pass still sees the generating weights.
-        """
-        args = self.args
-        trl_runs_it = args.gradient_accumulation_steps % (args.steps_per_generation * self.num_iterations) != 0
-        return (
-            trl_runs_it
-            and args.steps_per_generation == args.gradient_accumulation_steps
-            and not self.use_vllm
-            and self.model.training
-            and packing_applies(self.accelerator.unwrap_model(self.model), self.accelerator.device, args.cpu_fast_path)
-        )
-
-    def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-                      **others):  # fmt: skip
-        """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
-        (`packing_applies`, or extra model inputs: images, the MoE loss)."""
-        unwrapped = self.accelerator.unwrap_model(model)
-        if not packing_applies(unwrapped, input_ids.device, self.args.cpu_fast_path) or any(
-            value is not None and value is not False for value in others.values()
-        ):
-            return None
-        with self.accelerator.autocast():
-            packed = packed_log_probs(
-                model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
-                batch_size or len(input_ids),
-            )  # fmt: skip
-        return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
-
-    # --- CPU fast path of TRL's rollout: each distinct prompt's prefill once (`shared_prefill_generate`).
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
-        model = self.accelerator.unwrap_model(self.model_wrapped)
-        plain = images is None and not multimodal_fields and self.args.cache_implementation is None
-        if not (plain and packing_applies(model, self.accelerator.device, self.args.cpu_fast_path)) or (
-            self.use_vllm or self.use_transformers_continuous_batching
-        ):
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        model.generate = functools.partial(shared_prefill_generate, model)  # TRL calls model.generate(...)
-        try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        finally:
-            del model.generate

@@ -7,26 +7,25 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
   surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
   only TRL's plumbing: log-probs, the `loss_type` aggregation, vLLM importance ratios, logging.
-Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` also keeps log Σ p² from
-the fused LM head (the exact gradient share), and `training_step` hands each micro-batch to the
-update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks for it.
-On the CPU, `PackedForwards` (lopti/train/packing.py) runs the rollout's prefill and the log-prob forwards
-with each prompt once per group: the same numbers up to float rounding, in less time.
+Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
+Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
+head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs, and `training_step` hands each
+micro-batch to the update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks.
+How TRL's forwards run on the CPU is `CpuFastPath`'s (lopti/train/fast_path.py, the `cpu_fast_path` setting).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head
 
 from lopti.core import (
     CreditStep,
+    NonFiniteError,
     aggregate_loss,
     lopti_phase,
     low_prob_mask,
@@ -38,10 +37,14 @@ from lopti.core import (
 from lopti.core.bound import logit_grad_norm_from_sum_sq
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
 from lopti.core.objective import BUILT_IN_STEPS, credit_shares
+from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.guards import TrainingGuard
-from lopti.train.packing import PackedForwards
+from lopti.train.fast_path import CpuFastPath
+from lopti.train.guards import TrainingGuard, explain_reward_errors, is_python_reward
+from lopti.train.log_sum_sq import LogSumSqCapture
 from lopti.train.update_quality import UpdateQuality
+
+logger = logging.getLogger(__name__)
 
 AGGREGATION_OF_LOSS_TYPE = {
     "grpo": "seq-mean-token-mean",
@@ -49,44 +52,6 @@ AGGREGATION_OF_LOSS_TYPE = {
     "dr_grpo": "seq-mean-token-sum-norm",
     "dapo": "token-mean",
 }
-
-
-def _reward_name(func: Any) -> str:
-    return getattr(func, "__name__", None) or type(func).__name__
-
-
-def _is_python_reward(func: Any) -> bool:
-    """Return True for a plain callable reward (not a reward-model name or module)."""
-    return callable(func) and not isinstance(func, (str, torch.nn.Module))
-
-
-def explain_reward_errors(
-    func: Callable[..., list[float]], check: Callable[[str, list, list], list] | None = None
-) -> Callable[..., list[float]]:
-    """Return `func` wrapped so that an exception names the function and the first failing sample, and its
-    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf)."""
-
-    @functools.wraps(func)
-    def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
-        try:
-            values = func(prompts=prompts, completions=completions, **kwargs)
-        except Exception as error:
-            for index in range(len(completions)):
-                one = {
-                    k: v[index : index + 1] if isinstance(v, list) and len(v) == len(completions) else v
-                    for k, v in kwargs.items()
-                }
-                try:
-                    func(prompts=prompts[index : index + 1], completions=completions[index : index + 1], **one)
-                except Exception as sample_error:
-                    raise RuntimeError(
-                        f"reward function {_reward_name(func)!r} raised on sample {index} of the batch "
-                        f"({type(sample_error).__name__}: {sample_error})"
-                    ) from error
-            raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
-        return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
-
-    return wrapped
 
 
 def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None) -> dict[str, CreditStep]:
@@ -106,11 +71,12 @@ def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep]
     return named
 
 
-class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
+class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
-    no `token_credit` and `advantage_estimator=None` it trains exactly like GRPOTrainer.
+    no `token_credit` and `advantage_estimator=None` it trains like GRPOTrainer: exactly with
+    `cpu_fast_path=False`, to float rounding with it (docs/trainer.md).
 
     `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
     `step(context) -> TokenCredit`, a list of them, or a {name: step} mapping; they run after AR, Lopti
@@ -134,63 +100,34 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
             self._credit_steps[name] = step
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
-        funcs = [explain_reward_errors(f, self._guard.note_rewards) if _is_python_reward(f) else f for f in funcs]
+        funcs = [explain_reward_errors(f, self._guard.note_rewards) if is_python_reward(f) else f for f in funcs]
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
-        self._log_sum_sq_parts: list[torch.Tensor | None] | None = None  # filled while a log-prob pass runs
+        self._log_sum_sq = LogSumSqCapture(self.model, self.temperature, self.args.cast_lm_head_to_fp32)
         self._log_sum_sq_probs: torch.Tensor | None = None  # of the latest log-prob pass, None if unavailable
         self._training_logps: torch.Tensor | None = None  # of the latest pass with gradients (the loss's)
-        self._skip_old_forward = self._old_from_first_pass = False  # CPU fast path: see _generate_and_score_...
-        self._keep_log_sum_sq_probs()
         self._update_quality = UpdateQuality(self) if args.update_quality_every > 0 else None
         if self._update_quality is not None:
             self.add_callback(self._update_quality)
+        if args.lopti and args.max_steps > 0:  # TRL's max_steps, Lopti's schedule: say what they give together
+            logger.warning(
+                "lopti: max_steps counts optimizer steps (TRL's convention) and Lopti trains %d on each generated "
+                "batch: max_steps=%d generates %d batches, half what one-pass GRPO with the same max_steps generates",
+                self.optimizer_steps_per_batch(), args.max_steps, args.max_steps // self.optimizer_steps_per_batch(),
+            )  # fmt: skip
 
-    def _keep_log_sum_sq_probs(self) -> None:
-        """Make the policy's fused LM head also return log Σ p², and keep it for `_log_probability_metrics`.
-
-        TRL patches the forward to return log-probs and entropy only; patching it again adds log Σ p², which
-        the kernel accumulates in the same pass over the vocabulary. TRL's `_get_per_token_logps_and_entropies`
-        passes on only log-probs and entropy, so a thin wrapper collects log Σ p² while that method runs.
-        """
-        model = self.model.get_base_model() if is_peft_model(self.model) else self.model
-        add_fused_lm_head(
-            model,
-            temperature=self.temperature,
-            cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
-            outputs=("log_probs", "entropy", "log_sum_sq_probs"),
-        )
-        fused_forward = model.forward
-
-        @functools.wraps(fused_forward)
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            outputs = fused_forward(*args, **kwargs)
-            if kwargs.get("fused_lm_head") and self._log_sum_sq_parts is not None:
-                self._log_sum_sq_parts.append(outputs.log_sum_sq_probs)
-            return outputs
-
-        model.forward = forward
-
-    # --- TRL's log-prob pass, packed on the CPU (lopti/train/packing.py); keeps log Σ p² of the same tokens,
-    # and the loss pass's log-probs.
+    # --- Observes TRL's log-prob pass (TRL's own, or the fast path's): keeps log Σ p² of the same tokens, for the
+    # exact gradient share, and the loss pass's log-probs, for the update-quality metrics.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        if self._skip_old_forward and not torch.is_grad_enabled():  # TRL's first no-gradient call: the old log-probs
-            self._skip_old_forward = False
-            return None, None, None
-        packed = self._packed_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        if packed is not None:
-            logps, entropies, self._log_sum_sq_probs = packed
-            aux_loss = None
-        else:
-            self._log_sum_sq_parts = []
+        with self._log_sum_sq.collecting() as parts:
             logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-            parts, self._log_sum_sq_parts = self._log_sum_sq_parts, None
-            # the reference model has no wrapper: nothing is collected, and the (1 − π) bound is the fallback
-            complete = bool(parts) and all(p is not None for p in parts) and sum(len(p) for p in parts) == len(logps)
-            self._log_sum_sq_probs = torch.cat([p[:, -logits_to_keep:] for p in parts]) if complete else None
+        if logps is None:  # the fast path left out TRL's old log-prob forward
+            return logps, entropies, aux_loss
+        # the reference model has no capture: nothing is collected, and the (1 − π) bound is the fallback
+        self._log_sum_sq_probs = self._log_sum_sq.result(parts, len(logps), logits_to_keep)
         if logps.requires_grad:
             self._training_logps = logps.detach()
         return logps, entropies, aux_loss
@@ -209,14 +146,8 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         return self._rewards_per_func
 
     # --- TRL override 2: swap TRL's (B,) advantages for lopti.core's per-token ones if an estimator is set.
-    # With the CPU fast path, TRL's old log-prob forward may be left out (`_skips_old_forward`): the first pass's
-    # log-probs then become the batch's old ones in `_compute_loss`.
     def _generate_and_score_completions(self, inputs):
-        self._skip_old_forward = self._old_from_first_pass = self._skips_old_forward()
-        try:
-            output = super()._generate_and_score_completions(inputs)
-        finally:
-            self._skip_old_forward = False
+        output = super()._generate_and_score_completions(inputs)
         if self.args.advantage_estimator is not None and self.model.training:
             output["advantages"] = self._lopti_advantages(output["completion_mask"])
         return output
@@ -235,8 +166,18 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         local = per_response[start : start + local_mask.size(0)].to(local_mask.device)
         return local[:, None] * local_mask.to(local.dtype)
 
+    # --- Lopti's schedule. TRL trains on each generated batch for num_iterations passes of steps_per_generation
+    # micro-batches, counting micro-steps in `_step`. Lopti (num_iterations=2) makes the first pass its phase 1
+    # (π_old < η) and the second its phase 2 (the rest, from the weights phase 1 updated); LoptiGRPOConfig makes
+    # each pass whole optimizer steps. `max_steps` keeps TRL's meaning (optimizer steps), so a Lopti run generates
+    # half the batches of a GRPO run with the same max_steps (docs/trainer.md, "Lopti's schedule").
+    def optimizer_steps_per_batch(self) -> int:
+        """Return how many optimizer steps train on one generated batch (2 per pass-aligned batch with Lopti)."""
+        return max(self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps, 1)
+
     def lopti_phase(self) -> int:
-        """Return the Lopti phase (0 or 1) of the current micro-step, from TRL's micro-step counter."""
+        """Return the Lopti phase of the current micro-step: 0 in the first pass over its generated batch, 1 in the
+        second."""
         cycle_step = self._step % (self.args.steps_per_generation * self.num_iterations)
         return lopti_phase(cycle_step, self.args.steps_per_generation)
 
@@ -245,8 +186,7 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         seed, the RL step, the micro-batch's slot in the generated batch and the process, so both passes over
         a micro-batch draw the same split. The RL step comes from the optimizer steps, which a resumed run
         restores (TRL's micro-step counter restarts at 0); LoptiGRPOConfig makes a batch whole optimizer steps."""
-        per_batch = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
-        rl_step = self.state.global_step // per_batch
+        rl_step = self.state.global_step // self.optimizer_steps_per_batch()
         slot = self._step % self.args.steps_per_generation
         return split_seed(self.args.seed, rl_step, slot, self.accelerator.process_index)
 
@@ -261,33 +201,14 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         )
         # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
         old_logps = inputs.get("old_per_token_logps")
-        if old_logps is None:
-            old_logps = logps.detach()
-            if self._old_from_first_pass:  # the buffered micro-batch keeps them for the later passes
-                inputs["old_per_token_logps"] = old_logps
+        old_logps = logps.detach() if old_logps is None else old_logps
         advantages = inputs["advantages"]
         advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
         phase = self.lopti_phase() if self.args.lopti else None
-        terms = token_objective(
-            logps,
-            old_logps,
-            advantages,
-            mask,
-            alpha=self.args.ar_alpha,
-            phase=phase,
-            eta=self.args.lopti_eta,
-            order=self.args.lopti_order,
-            split=self.args.lopti_split,
-            split_seed=self.lopti_split_seed() if phase is not None and self.args.lopti_split == "random" else None,
-            eps_low=self.epsilon_low,
-            eps_high=self.epsilon_high,
-            dual_clip=self.args.dual_clip,
-            ref_logprobs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
-            kl_estimator=self.args.kl_estimator,
-            entropies=entropies,
-            entropy_bonus=self.args.entropy_coef != 0.0,
-            credit=self._credit_steps,
-        )
+        try:
+            terms = self._objective(logps, old_logps, advantages, mask, phase, entropies, inputs)
+        except NonFiniteError as error:  # the model's numbers, not a setting: report them as such
+            raise NumericalFailure(f"optimizer step {self.state.global_step + 1}: {error} in the loss") from error
 
         per_token = terms.policy
         # TRL's correction for vLLM sampling with other numerics than training; the paper has none, so
@@ -311,6 +232,29 @@ class LoptiGRPOTrainer(PackedForwards, GRPOTrainer):
         self._log_step_metrics(logps, old_logps, entropies, mask, terms, loss, phase, kl)
         self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
         return loss
+
+    def _objective(self, logps, old_logps, advantages, mask, phase, entropies, inputs):
+        """Return lopti.core's per-token objective terms for one micro-batch under this config."""
+        return token_objective(
+            logps,
+            old_logps,
+            advantages,
+            mask,
+            alpha=self.args.ar_alpha,
+            phase=phase,
+            eta=self.args.lopti_eta,
+            order=self.args.lopti_order,
+            split=self.args.lopti_split,
+            split_seed=self.lopti_split_seed() if phase is not None and self.args.lopti_split == "random" else None,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            dual_clip=self.args.dual_clip,
+            ref_logprobs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
+            kl_estimator=self.args.kl_estimator,
+            entropies=entropies,
+            entropy_bonus=self.args.entropy_coef != 0.0,
+            credit=self._credit_steps,
+        )
 
     def _accumulation(self) -> float:
         return self.current_gradient_accumulation_steps if self.model.training else 1.0

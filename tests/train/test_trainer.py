@@ -8,7 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.trainer import LoptiGRPOTrainer, explain_reward_errors
+from lopti.train.guards import explain_reward_errors
+from lopti.train.trainer import LoptiGRPOTrainer
 
 
 def id_reward(completions, completion_ids, **kwargs):
@@ -46,6 +47,14 @@ def logged(trainer, key):
     return [entry[key] for entry in trainer.state.log_history if key in entry]
 
 
+# What "trains like GRPOTrainer" means: with TRL's padded forward (cpu_fast_path=False) lopti's objective gives
+# TRL's losses and gradients to the last float bits; the CPU fast path (packed forwards, its sampling loop) gives
+# the same rollouts and the same numbers up to float rounding (Adam, dividing each gradient by its own running
+# scale, carries that rounding into the weights at about 1e-4 here). docs/trainer.md states these tolerances.
+EXACT = dict(loss=1e-7, grad_norm=1e-5, weights=1e-5)
+FAST_PATH = dict(loss=1e-6, grad_norm=1e-4, weights=1e-4)
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -56,11 +65,10 @@ def logged(trainer, key):
     ],
     ids=["dapo", "grpo+kl", "bnpo+accumulation", "dr_grpo+two-passes"],
 )
-def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts, tmp_path, settings):
+@pytest.mark.parametrize("cpu_fast_path", [False, True], ids=["trl-forward", "fast-path"])
+def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path):
     plain = make(GRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=3, **settings)
     plain.train()  # build each trainer right before training: construction and training both draw random numbers
-    # TRL's padded forward on both sides: lopti's objective is exact; packing (tests/train/test_packing.py) matches
-    # to float rounding only
     ours = make(
         LoptiGRPOTrainer,
         LoptiGRPOConfig,
@@ -68,17 +76,19 @@ def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts
         kk_prompts,
         tmp_path,
         max_steps=3,
-        cpu_fast_path=False,
+        cpu_fast_path=cpu_fast_path,
         **settings,
     )
     ours.train()
-    assert logged(ours, "loss") == pytest.approx(logged(plain, "loss"), abs=1e-7)
-    assert logged(ours, "grad_norm") == pytest.approx(logged(plain, "grad_norm"), rel=1e-5)
+    tolerance = FAST_PATH if cpu_fast_path else EXACT
+    assert logged(ours, "num_tokens") == logged(plain, "num_tokens")  # the same rollouts
+    assert logged(ours, "loss") == pytest.approx(logged(plain, "loss"), abs=tolerance["loss"])
+    assert logged(ours, "grad_norm") == pytest.approx(logged(plain, "grad_norm"), rel=tolerance["grad_norm"])
     start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     moved = max((p - s).abs().max().item() for p, s in zip(plain.model.parameters(), start.parameters(), strict=True))
     assert moved > 1e-3, "the comparison needs parameter updates"
     for p, q in zip(plain.model.parameters(), ours.model.parameters(), strict=True):
-        torch.testing.assert_close(q, p, atol=1e-5, rtol=0)
+        torch.testing.assert_close(q, p, atol=tolerance["weights"], rtol=0)
 
 
 def one_batch(trainer, prompts):

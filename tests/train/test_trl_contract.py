@@ -1,7 +1,8 @@
 """Guard for the TRL internals that LoptiGRPOTrainer overrides or relies on.
 
-If this fails after a TRL upgrade, read the changed methods, update lopti/train/trainer.py where needed,
-rerun tests/train, then record the new fingerprints and widen the trl pin in pyproject.toml.
+If this fails after a TRL upgrade, read the changed methods, update lopti/train/trainer.py and
+lopti/train/fast_path.py where needed, rerun tests/train, then record the new fingerprints and widen the trl
+pin in pyproject.toml.
 """
 
 import hashlib
@@ -17,11 +18,12 @@ FINGERPRINTS = {
     "_compute_loss": "80295546bbdbf6f7",
     "_calculate_rewards": "736ae29b083840b5",
     "_generate_and_score_completions": "1fa48922792dcd5c",
-    # relied on: the micro-step counter `_step`, the buffer reuse order, and the log-prob helper
+    # relied on: the micro-step counter `_step`, the buffer reuse order (`_prepare_inputs`, whose micro-batch the
+    # fast path keeps), and the log-prob helper (wrapped by the trainer and the fast path)
     "_prepare_inputs": "f824e7fb07147956",
     "training_step": "9e18632f7dd8e8d8",
     "_get_per_token_logps_and_entropies": "ea73c3909275851d",
-    # wrapped on the CPU (lopti/train/packing.py): it must reach the model through `unwrapped_model.generate`
+    # wrapped by the CPU fast path (lopti/train/fast_path.py): it must reach the model via `unwrapped_model.generate`
     "_generate_single_turn": "e0f02e4fc094cefd",
 }
 

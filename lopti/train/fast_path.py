@@ -1,0 +1,111 @@
+"""`CpuFastPath`: TRL's rollout and log-prob forwards with each prompt once per group, on the CPU (`cpu_fast_path`).
+
+A mixin for TRL's `GRPOTrainer` (or a subclass): `class T(CpuFastPath, GRPOTrainer)`. It changes how TRL's
+numbers are computed, never which ones (the same up to float rounding; docs/trainer.md states the tolerances):
+- `_generate_single_turn`: the rollout's prefill once per distinct prompt, and a sampling loop that drops ended
+  rows (`shared_prefill_generate`, lopti/train/packing.py and lopti/train/decode.py);
+- `_get_per_token_logps_and_entropies`: the log-prob forward on the packed layout (`packed_log_probs`);
+- `_generate_and_score_completions`: where TRL would run a forward for the old log-probs that the first pass's own
+  forward gives (`skips_old_forward`), that forward is left out and the first pass's log-probs are kept as the
+  micro-batch's `old_per_token_logps` for the later passes.
+It acts only where `packing_applies`: `cpu_fast_path` is true, the device is the CPU, and the model is a plain (not
+PEFT) sdpa model without extra inputs (images, the MoE loss); anywhere else every call is TRL's own.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from lopti.train import packing
+
+
+def skips_old_forward(args: Any, num_iterations: int) -> bool:
+    """Return True when TRL runs a forward for old log-probs that the first pass's own forward also gives.
+
+    TRL runs it when a generated batch serves more than one optimizer step (num_iterations > 1 or more micro-batches
+    than an accumulation); if the whole first pass is one optimizer step (steps_per_generation equals
+    gradient_accumulation_steps), every micro-batch of that pass still sees the generating weights.
+    """
+    trl_runs_it = args.gradient_accumulation_steps % (args.steps_per_generation * num_iterations) != 0
+    return trl_runs_it and args.steps_per_generation == args.gradient_accumulation_steps
+
+
+class CpuFastPath:
+    """Mixin: TRL's rollout and log-prob forwards with each prompt once per group on the CPU (see the module)."""
+
+    # The fast path's state between TRL's calls. One generated batch's old-log-prob forward is left out ...
+    _old_forward_pending_skip = False
+    # ... and its first pass's log-probs become the old ones of the micro-batch being trained on (`_micro_batch`).
+    _old_from_first_pass = False
+    _micro_batch: dict[str, Any] | None = None
+
+    def _fast_path_applies(self, model: torch.nn.Module, device: torch.device) -> bool:
+        return packing.packing_applies(self.accelerator.unwrap_model(model), device, self.args.cpu_fast_path)
+
+    def _generate_and_score_completions(self, inputs):
+        skip = (
+            self.model.training
+            and not self.use_vllm
+            and skips_old_forward(self.args, self.num_iterations)
+            and self._fast_path_applies(self.model, self.accelerator.device)
+        )
+        self._old_forward_pending_skip = self._old_from_first_pass = skip
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self._old_forward_pending_skip = False
+
+    def _prepare_inputs(self, generation_batch):
+        self._micro_batch = super()._prepare_inputs(generation_batch)  # TRL's buffered micro-batch (a dict it reuses)
+        return self._micro_batch
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if self._old_forward_pending_skip and not torch.is_grad_enabled():  # TRL's old log-probs: left out
+            self._old_forward_pending_skip = False
+            return None, None, None
+        packed = self._packed_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        if packed is None:
+            logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        else:
+            (logps, entropies, log_sum_sq), aux_loss = packed, None
+            capture = getattr(self, "_log_sum_sq", None)  # LoptiGRPOTrainer's LogSumSqCapture, if the host has one
+            if capture is not None:
+                capture.replace(log_sum_sq)
+        batch = self._micro_batch
+        first_pass = batch is not None and batch.get("old_per_token_logps") is None  # at the generating weights
+        if self._old_from_first_pass and logps.requires_grad and first_pass:
+            batch["old_per_token_logps"] = logps.detach()
+        return logps, entropies, aux_loss
+
+    def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+                      **others):  # fmt: skip
+        """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
+        (`packing_applies`, or extra model inputs: images, the MoE loss)."""
+        if not self._fast_path_applies(model, input_ids.device) or any(
+            value is not None and value is not False for value in others.values()
+        ):
+            return None
+        with self.accelerator.autocast():
+            packed = packing.packed_log_probs(
+                model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
+                batch_size or len(input_ids),
+            )  # fmt: skip
+        return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        plain = images is None and not multimodal_fields and self.args.cache_implementation is None
+        if not (plain and self._fast_path_applies(model, self.accelerator.device)) or (
+            self.use_vllm or self.use_transformers_continuous_batching
+        ):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        model.generate = functools.partial(packing.shared_prefill_generate, model)  # TRL calls model.generate(...)
+        try:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        finally:
+            del model.generate

@@ -1,0 +1,76 @@
+"""`CpuFastPath` on its own: mixed into TRL's plain GRPOTrainer, it gives GRPOTrainer's training to float rounding,
+and it leaves out TRL's old-log-prob forward exactly where the first pass's forward gives the same numbers."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from test_trainer import FAST_PATH, make
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+
+from lopti.train import packing
+from lopti.train.fast_path import CpuFastPath, skips_old_forward
+
+
+@dataclass
+class FastGRPOConfig(GRPOConfig):
+    cpu_fast_path: bool = True
+
+
+class FastGRPOTrainer(CpuFastPath, GRPOTrainer):
+    """TRL's trainer with the fast path and nothing else of lopti's."""
+
+
+def logged(trainer, key):
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+def test_fast_path_alone_trains_like_grpo_trainer(peaked_model_dir, kk_prompts, tmp_path, monkeypatch):
+    packed = []
+    original = packing.packed_log_probs
+    monkeypatch.setattr(packing, "packed_log_probs", lambda *a, **k: packed.append(1) or original(*a, **k))
+    settings = dict(max_steps=4, num_iterations=2, beta=0.04, learning_rate=1e-3, per_device_train_batch_size=8)
+    plain = make(GRPOTrainer, GRPOConfig, peaked_model_dir, kk_prompts, tmp_path, **settings)
+    plain.train()
+    assert packed == []
+    fast = make(FastGRPOTrainer, FastGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, **settings)
+    fast.train()
+    # per generated batch (two): the reference's log-probs, then one forward per pass; no old-log-prob forward
+    assert len(packed) == 6
+    assert logged(fast, "num_tokens") == logged(plain, "num_tokens")
+    assert logged(fast, "loss") == pytest.approx(logged(plain, "loss"), abs=FAST_PATH["loss"])
+    assert logged(fast, "grad_norm") == pytest.approx(logged(plain, "grad_norm"), rel=FAST_PATH["grad_norm"])
+    assert logged(fast, "kl") == pytest.approx(logged(plain, "kl"), abs=1e-6)
+    for p, q in zip(plain.model.parameters(), fast.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, atol=FAST_PATH["weights"], rtol=0)
+
+
+def test_switched_off_it_runs_trl_code_only(tiny_model_dir, kk_prompts, tmp_path, monkeypatch):
+    monkeypatch.setattr(packing, "packed_log_probs", lambda *a, **k: pytest.fail("packed forward ran"))
+    monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("shared prefill ran"))
+    trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2,
+                   num_iterations=2, cpu_fast_path=False)  # fmt: skip
+    trainer.train()
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert any((p - s).abs().max() > 0 for p, s in zip(trainer.model.parameters(), start.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    "steps_per_generation, accumulation, num_iterations, skipped",
+    [
+        (1, 1, 2, True),  # two passes, each one optimizer step: the first sees the generating weights
+        (1, 1, 1, False),  # one pass, one step: TRL runs no old forward to skip
+        (2, 1, 1, False),  # a step between the micro-batches of the first pass
+        (2, 2, 2, True),
+        (4, 2, 1, False),
+    ],
+)
+def test_old_forward_is_left_out_only_where_the_first_pass_gives_it(
+    steps_per_generation, accumulation, num_iterations, skipped
+):
+    class Args:
+        gradient_accumulation_steps = accumulation
+
+    Args.steps_per_generation = steps_per_generation
+    assert skips_old_forward(Args, num_iterations) is skipped
