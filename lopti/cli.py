@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.markup import escape
 
-from lopti.errors import TrainingStopped, check_output_folder, disk_full_message
+from lopti.errors import NumericalFailure, TrainingStopped, check_output_folder, disk_full_message
 
 RECIPES = Path(__file__).parent / "configs"
 DEFAULT_RECIPES = {"kk": RECIPES / "kk-tiny-cpu.yaml", "math": RECIPES / "math-smollm2-cpu.yaml"}
@@ -205,8 +205,9 @@ def _interrupted(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command. Every failure a user can act on ends in one red line on stderr: bad input with exit
-    status 2, a stopped run or a full disk with 1, Ctrl-C with 130 (and the command that continues)."""
+    """Run the command. Every failure a user can act on ends in one red line on stderr: bad input (`UserError` and
+    the other ValueErrors, FileNotFoundError, PermissionError) with exit status 2; a stopped run, a numerical failure
+    in training (`NumericalFailure`) or a full disk with 1; Ctrl-C with 130 (and the command that continues)."""
     from lopti.commands.command_line import given_settings, reject_unknown, section_keys, underscored
 
     argv = [underscored(word) for word in (sys.argv[1:] if argv is None else argv)]
@@ -234,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except TrainingStopped as error:
         console.print(f"[bold red]stopped:[/] {escape(str(error))}")
+        return 1
+    except NumericalFailure as error:  # the run's numbers, not a setting (the user's mistakes are ValueErrors)
+        console.print(f"[bold red]numerical failure:[/] {escape(str(error))}")
         return 1
     except KeyboardInterrupt:
         console.print(f"[bold red]{escape(_interrupted(args))}[/]")

@@ -1,9 +1,10 @@
 """How failures reach the user: the errors the `lopti` command prints as one line, and the file checks that raise
 them before any work starts.
 
-Bad input raises ValueError / FileNotFoundError / PermissionError naming the key, value or path (exit status 2);
-a run that cannot go on raises `TrainingStopped` (exit status 1). This module imports nothing heavy, so the
-command can use it before torch is loaded.
+Bad input raises `UserError` (a ValueError; lopti's checks of settings, files and folders) or another ValueError /
+FileNotFoundError / PermissionError naming the key, value or path (exit status 2). A run that cannot go on raises
+`TrainingStopped`, and a non-finite number met inside the loss during training `NumericalFailure` (exit status 1).
+This module imports nothing heavy, so the command can use it before torch is loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ TORCH_WRITE_FAILURES = ("unexpected pos", "basic_ios::clear", "file write failed
 LOW_SPACE_BYTES = 100 * 2**20  # after a failed write, less than this left means the disk filled up
 
 
+class UserError(ValueError):
+    """A setting, file or folder the user can fix; the message names it and says what to change (exit status 2)."""
+
+
+class NumericalFailure(RuntimeError):
+    """Training met a non-finite number where no setting was wrong (a diverged model); exit status 1."""
+
+
 class TrainingStopped(RuntimeError):
     """Training stopped on purpose, before saving a broken state; the message says why and what to change."""
 
@@ -31,16 +40,16 @@ def check_output_folder(path: str | Path | None, key: str) -> Path:
     Nothing is left behind: a folder that does not exist yet is not created.
     """
     if path is None or not str(path).strip():
-        raise ValueError(f"{key} needs a folder path, got an empty value")
+        raise UserError(f"{key} needs a folder path, got an empty value")
     folder = Path(path).expanduser()
     existing = folder
     while not existing.exists():
         if existing.is_symlink():
-            raise ValueError(f"{key} {folder}: {existing} is a broken symbolic link")
+            raise UserError(f"{key} {folder}: {existing} is a broken symbolic link")
         existing = existing.parent
     if not existing.is_dir():
         what = "is" if existing == folder else f"cannot be created: {existing} is"
-        raise ValueError(f"{key} {folder} {what} a file, not a folder")
+        raise UserError(f"{key} {folder} {what} a file, not a folder")
     try:  # os.access would say yes to root on a read-only mount; an actual write cannot lie
         Path(tempfile.mkdtemp(prefix=".lopti-write-test-", dir=existing)).rmdir()
     except OSError as error:
@@ -93,11 +102,3 @@ def disk_full_message(error: BaseException, folder: str | Path | None, since: fl
         return None
     path = named or (newest_file(folder, since) if folder.is_dir() else None) or folder
     return f"no space left on device while writing {path}; free some space, then run the command again"
-
-
-class UserError(ValueError):
-    """A setting, file or folder the user can fix; the message names it and says what to change (exit status 2)."""
-
-
-class NumericalFailure(RuntimeError):
-    """Training met a non-finite number where no setting was wrong (a diverged model); exit status 1."""

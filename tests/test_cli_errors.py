@@ -224,3 +224,12 @@ def test_disk_full_message_prefers_the_file_the_error_names(tmp_path):
     message = errors.disk_full_message(error, tmp_path, 0.0)
     assert message.startswith(f"no space left on device while writing {error.filename};")
     assert errors.disk_full_message(ValueError("unexpected pos"), tmp_path, 0.0) is None
+
+
+def test_numerical_failure_in_training_is_not_called_a_user_mistake(workspace, tmp_path, monkeypatch, capsys):
+    from lopti.commands import train_run as run_module
+
+    failure = errors.NumericalFailure("optimizer step 3: old_logprobs has 2 non-finite value(s) in the loss")
+    monkeypatch.setattr(run_module, "train", fake_train([], failure))
+    assert main(["train", "--output_dir", str(tmp_path / "run")]) == 1
+    assert one_error_line(capsys) == f"numerical failure: {failure}"

@@ -28,6 +28,7 @@ from lopti.commands.fields import (
     takes_bool,
     type_word,
 )
+from lopti.errors import UserError
 
 FLAG = "setting:"  # prefix of the settings' attributes in an argparse namespace, apart from its own
 
@@ -110,19 +111,19 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Return the mapping in a YAML config file, with errors naming the file."""
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"config file {path} is a folder; give the YAML file in it")
+        raise UserError(f"config file {path} is a folder; give the YAML file in it")
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a text file (byte {error.object[error.start]:#04x} at {error.start})") from None
+        raise UserError(f"{path}: not a text file (byte {error.object[error.start]:#04x} at {error.start})") from None
     except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
+        raise UserError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
     if data is None:
-        raise ValueError(f"{path}: the file is empty; a recipe names at least the model and the trainer settings")
+        raise UserError(f"{path}: the file is empty; a recipe names at least the model and the trainer settings")
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
+        raise UserError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
     return data
 
 
@@ -138,7 +139,7 @@ def reject_unknown(words: list[str], known: Iterable[str]) -> NoReturn:
     """Raise a ValueError for command-line words that a command does not take: each unknown --key with the
     closest known ones, else the first stray word."""
     check_keys([word[2:].partition("=")[0] for word in words if word.startswith("--")], set(known), "command line")
-    raise ValueError(f"command line: unexpected {words[0]!r}; settings are given as --key value")
+    raise UserError(f"command line: unexpected {words[0]!r}; settings are given as --key value")
 
 
 def make_settings(schema: type, given: dict[str, Any], from_file: dict[str, Any] | None = None) -> Any:

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import yaml
 
+from lopti.errors import UserError
+
 TYPE_WORDS = {bool: "BOOL", int: "INT", float: "FLOAT", str: "TEXT", list: "A,B", tuple: "A,B", dict: "MAPPING"}
 
 
@@ -203,11 +205,11 @@ def check_values(
         except _Mismatch:
             wanted = describe(hints[key])
             if value is None:
-                raise ValueError(f"{source}: {key} needs a value ({wanted})") from None
-            raise ValueError(f"{source}: {key} must be {wanted}, got {value!r}") from None
+                raise UserError(f"{source}: {key} needs a value ({wanted})") from None
+            raise UserError(f"{source}: {key} must be {wanted}, got {value!r}") from None
         problem = _bounds_problem(converted, {**fields[key].metadata, **(bounds or {}).get(key, {})})
         if problem:
-            raise ValueError(f"{source}: {key} must be {problem}, got {value!r}")
+            raise UserError(f"{source}: {key} must be {problem}, got {value!r}")
         checked[key] = converted
     return checked
 
@@ -220,7 +222,7 @@ def check_keys(keys: typing.Iterable[str], known: typing.Collection[str], source
         for key in unknown:
             close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
             hints.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise ValueError(f"{source}: unknown key(s) {'; '.join(hints)}")
+        raise UserError(f"{source}: unknown key(s) {'; '.join(hints)}")
 
 
 def parse_value(text: str) -> Any:

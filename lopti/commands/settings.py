@@ -13,7 +13,7 @@ from typing import Any
 
 from lopti.commands.command_line import load_yaml
 from lopti.commands.fields import check_keys, check_values, field_names, settings_fields
-from lopti.errors import check_output_folder
+from lopti.errors import UserError, check_output_folder
 from lopti.tasks.registry import TaskData
 from lopti.train.config import LoptiGRPOConfig
 
@@ -129,7 +129,7 @@ def check_run_values(values: dict[str, Any], source: str) -> dict[str, Any]:
 def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
     """Raise a ValueError for settings that are each valid but cannot work together or here, before any compute."""
     if run.evaluate and run.eval_puzzles < 1 and not run.eval_file:
-        raise ValueError(f"evaluate: true needs held-out prompts, but eval_puzzles is {run.eval_puzzles}")
+        raise UserError(f"evaluate: true needs held-out prompts, but eval_puzzles is {run.eval_puzzles}")
     if "output_dir" in trainer_kwargs:
         check_output_folder(trainer_kwargs["output_dir"], "output_dir")
     report_to = trainer_kwargs.get("report_to")
@@ -141,9 +141,9 @@ def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
 
         for name in wanted:
             if name not in INTEGRATION_TO_CALLBACK:
-                raise ValueError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
+                raise UserError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
             if name not in get_available_reporting_integrations():
-                raise ValueError(f"report_to {name!r}: {name} is not installed (pip install {name}), or drop it")
+                raise UserError(f"report_to {name!r}: {name} is not installed (pip install {name}), or drop it")
 
 
 def split(settings: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:

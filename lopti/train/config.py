@@ -11,6 +11,7 @@ from trl import GRPOConfig
 from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, SPLITS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
+from lopti.errors import UserError
 
 # TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -142,11 +143,11 @@ class LoptiGRPOConfig(GRPOConfig):
             self.token_credit_kwargs = {}
         shape = self._batch_shape_problem()  # before TRL's own check, to show the whole arithmetic
         if shape:
-            raise ValueError(f"invalid LoptiGRPOConfig: {shape}")
+            raise UserError(f"invalid LoptiGRPOConfig: {shape}")
         super().__post_init__()
         problems = self.lopti_problems()
         if problems:
-            raise ValueError("invalid LoptiGRPOConfig: " + "; ".join(problems))
+            raise UserError("invalid LoptiGRPOConfig: " + "; ".join(problems))
 
     def _batch_shape_problem(self) -> str | None:
         if self.generation_batch_size is not None:

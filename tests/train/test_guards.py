@@ -123,3 +123,15 @@ def test_diverging_learning_rate_stops_before_any_save_in_one_line(tiny_model_di
     assert lines[-1].startswith("stopped: step 1: the weights grew from norm ")
     assert lines[-1].endswith("nothing from this step was saved; the learning rate (1e+06) is likely too high")
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint") or p.name == "final"]
+
+
+def test_non_finite_log_probs_in_the_loss_are_a_numerical_failure(tiny_model_dir, kk_prompts, tmp_path):
+    from test_trainer import make, one_batch
+
+    from lopti.errors import NumericalFailure
+
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1, ar_alpha=0.3)
+    batch = one_batch(trainer, kk_prompts)
+    batch["old_per_token_logps"] = torch.full_like(batch["completion_mask"], float("nan"), dtype=torch.float32)
+    with pytest.raises(NumericalFailure, match=r"optimizer step 1: old_logprobs has \d+ non-finite value"):
+        trainer.compute_loss(trainer.model, batch)
