@@ -1,6 +1,6 @@
 """Step time of lopti's GRPO against GRPO + each per-token credit preset, interleaved in one run, as ratios.
 
-Target (issue 18): with any preset the step stays within 3% of GRPO's, except presets that need an
+Target: with any preset the step stays within 3% of GRPO's, except presets that need an
 extra forward or backward pass (none of the current ones does: they read the log-probs and entropies of
 the loss's own forward pass). Same protocol as bench/step_time.py: a tiny learning rate so that every
 variant generates the same completions, the first RL step dropped, variants in a rotating order each

@@ -1,17 +1,18 @@
 """Step time of plain TRL GRPO against lopti's GRPO, + AR and + Lopti, interleaved in one run, as ratios.
 
-Targets (issue 6): + AR ≤ 1.03× plain TRL per step; Lopti's update phase ≤ 2.05× GRPO's update phase per
+Targets: + AR ≤ 1.03× plain TRL per step; Lopti's update phase ≤ 2.05× GRPO's update phase per
 RL step (Lopti makes two update passes over each generated batch). Also reports update tokens/s and the
-achieved FLOP/s of the update (≈ 6 · parameters · tokens) against this machine's measured matmul peak.
+achieved FLOP/s of the update (≈ 6 · parameters · tokens) against the measured matmul peak of the machine it
+runs on.
 
 The learning rate is tiny (1e-9) so that every variant generates the same completions: generation time,
 which dominates a CPU step, is then equal across variants and the ratios measure the update. The first RL
 step of each run (warm-up) is dropped; variants run in a rotating order each round.
 
-Issue 19 adds the CPU fast path (`cpu_fast_path`: each prompt once per group in the log-prob forwards): the
-"padded" variants turn it off, so old and new code paths run interleaved in the same run; each variant also
-reports its update throughput against the matmul peak (6 · parameters · tokens · passes / update seconds) and
-its rollout generation speed (completion tokens / seconds in `generate`).
+The CPU fast path (`cpu_fast_path`: each prompt once per group in the log-prob forwards) is on in every variant
+but the "padded" ones, which turn it off, so TRL's and the fast path's code paths run interleaved in the same run;
+each variant also reports its update throughput against the matmul peak (6 · parameters · tokens · passes / update
+seconds) and its rollout generation speed (completion tokens / seconds in `generate`).
 
 Run: python bench/step_time.py --models tiny,smollm2-135m --markdown docs/performance.md
 """
@@ -62,7 +63,7 @@ class StepClock(TrainerCallback):
 
 
 def matmul_peak(size: int = 1024, repeats: int = 20) -> float:
-    """Return the best measured float32 matmul FLOP/s on this machine (with torch's current threads)."""
+    """Return the best measured float32 matmul FLOP/s of the machine it runs on (with torch's current threads)."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     best = float("inf")
     for _ in range(repeats):
@@ -191,7 +192,7 @@ def markdown(results: list[dict], command: str, seconds: float) -> str:
     lines = [
         "# Performance",
         "",
-        f"Produced by `{command}` on this machine ({torch.get_num_threads()} torch threads, CPU) in {seconds:.0f} s. "
+        f"Produced by `{command}` ({torch.get_num_threads()} torch threads, CPU) in {seconds:.0f} s. "
         "Ratios are measured side by side in one run (variants interleaved, warm-up step dropped); "
         'min / median / max over rounds. "padded" variants turn off `cpu_fast_path` (TRL\'s padded forward).',
         "",

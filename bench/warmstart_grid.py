@@ -1,17 +1,18 @@
-"""A shorter warm start (issue 19): build a small grid of cheaper SFT settings, time each, and compare each with
-the previous warm start on a validation set; then the chosen one's held-out numbers next to the previous one's.
+"""A shorter warm start: build a small grid of cheaper SFT settings, time each, and compare each with the
+reference warm start (9,000 SFT puzzles; `--previous`) on a validation set; then the chosen one's held-out
+numbers next to the reference's.
 
 The grid and the selection rule were fixed before anything was measured (docs/performance.md, "A shorter warm
 start"). The validation set holds training-form puzzles (so none is in any held-out test split) that are not in
-the previous warm start's 9,000 SFT puzzles, of which every grid point's SFT puzzles are a prefix. On it, per
+the reference's 9,000 SFT puzzles, of which every grid point's SFT puzzles are a prefix. On it, per
 model: greedy accuracy, the share of greedy answers that are the teacher's guess (everyone a knight), and 8
 samples at T = 1 (pass@1, pass@8), per size; format errors. Built models and measurements are kept in --out,
 so a rerun only does what is missing.
 
-Run (1 torch thread, as measured; PREVIOUS: the cached folder of the previous warm start, tiny-8dc7349d-v2):
+Run (1 torch thread, as measured; PREVIOUS: the cached folder of the reference warm start):
   OMP_NUM_THREADS=1 python bench/warmstart_grid.py --out results/warmstart-grid --previous PREVIOUS
   OMP_NUM_THREADS=1 python bench/warmstart_grid.py --out results/warmstart-grid --previous PREVIOUS --held-out F
-Without --previous, the previous warm start is built too (282 steps, about 12 minutes on one shared core).
+Without --previous, the reference warm start is built too (282 steps, about 12 minutes on one shared core).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ GRID = {
 }
 VALIDATION_SEED = "warm-start-validation"
 SAMPLES, TEMPERATURE, MAX_NEW_TOKENS = 8, 1.0, 48  # the recipe's eval_max_new_tokens
-# Tolerances against the previous warm start on the validation set (points); see docs/performance.md.
+# Tolerances against the reference warm start on the validation set (points); see docs/performance.md.
 GREEDY_TOL, PASS1_TOL, PASS8_TOL, PASS8_SIZE_TOL = 1.0, 1.5, 3.0, 5.0
 MIN_GUESS_SHARE, MAX_FORMAT_ERROR = 0.95, 0.01
 
@@ -157,10 +158,10 @@ def held_out(folder: Path, model: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/warmstart-grid", help="Folder for the models and measurements.")
-    parser.add_argument("--previous", help="Folder of the previous warm start (else it is built into --out).")
+    parser.add_argument("--previous", help="Folder of the reference warm start (else it is built into --out).")
     parser.add_argument("--per-size", type=int, default=450, help="Validation puzzles per size.")
     parser.add_argument("--only", default=",".join(GRID), help="Grid points to build and measure, e.g. A,B.")
-    parser.add_argument("--held-out", help="Grid point whose held-out numbers to report next to the previous one's.")
+    parser.add_argument("--held-out", help="Grid point whose held-out numbers to report next to the reference's.")
     args = parser.parse_args()
     out = Path(args.out)
     previous = Path(args.previous).expanduser() if args.previous else out / "previous"

@@ -1,5 +1,5 @@
 """Bad input to every `lopti` command ends in exit status 2 and one line naming the key, value or path, before
-any model is built; interrupted and failed runs end in one line too (issue 14, items 12, 13 and 17)."""
+any model is built; interrupted and failed runs end in one line too."""
 
 import errno
 import json

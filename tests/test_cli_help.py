@@ -1,5 +1,5 @@
 """Every command's --help lists every field of its settings dataclasses with the field's help, and a field added
-to a dataclass is a flag and a YAML key at once, without touching lopti/cli.py (issue 15 item 4)."""
+to a dataclass is a flag and a YAML key at once, without touching lopti/cli.py."""
 
 import dataclasses
 import re

@@ -5,7 +5,7 @@ from one run to the next, and its own torch thread count, set before torch does 
 goes to a log file in its run folder, since N progress displays would garble one terminal. A failing run
 does not stop the others; the command names every failed run at the end. Ctrl-C ends every worker.
 
-With N = 1 the runs train one after another in this process (as before --jobs existed), at the same thread
+With N = 1 the runs train one after another in this process (the default), at the same thread
 count, which gives the same results: each run seeds its own RNGs.
 """
 

@@ -194,7 +194,7 @@ def sampled_path(out: Path) -> Path:
 
 
 def saved_eval(out: Path, run: RunConfig) -> dict:
-    """Return an evaluation that `held_out_eval` saved in an earlier session of the run."""
+    """Return an evaluation that `held_out_eval` saved in an earlier, interrupted invocation of the run."""
     result = json.loads(out.read_text())
     return {**result, "sampled": json.loads(sampled_path(out).read_text())} if run.eval_samples > 1 else result
 

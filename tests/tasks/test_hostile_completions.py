@@ -1,4 +1,4 @@
-"""Hostile completions against every scorer (issue 14, items 3, 15 and 16).
+"""Hostile completions against every scorer.
 
 Over 10,000 seeded completions in families built to win credit without the right answer (look-alike role
 words, negated or conditional answer lines, retractions, answers hidden in the reasoning...), plus random

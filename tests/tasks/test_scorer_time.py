@@ -1,4 +1,4 @@
-"""Every scorer takes time linear in the completion's length (issue 14, item 14).
+"""Every scorer takes time linear in the completion's length.
 
 Each scorer meets 64 KB completions built to make a backtracking pattern or a rescan blow up (quadratic
 code took seconds to hours on these). Asserted: a generous absolute bound, and that 4× the length costs

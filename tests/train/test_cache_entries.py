@@ -1,5 +1,5 @@
 """The embedded-model cache says why it rebuilds an entry, refuses an entry that is a file before building,
-and removes the staging folders of builds that were killed (issue 14, item 17)."""
+and removes the staging folders of builds that were killed."""
 
 import subprocess
 import sys

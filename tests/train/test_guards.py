@@ -1,5 +1,5 @@
 """TrainingGuard: non-finite rewards and losses skip their whole update and stop at the limit; diverging
-weights stop the run before anything is saved, in one line (issue 14, items 11 and 12)."""
+weights stop the run before anything is saved, in one line."""
 
 import logging
 import math
