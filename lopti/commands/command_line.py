@@ -4,6 +4,14 @@ A command lists its settings as `Section`s (a dataclass, or some of its fields, 
 --help). `add_settings` gives each field a flag, `given_settings` reads back the ones given, and
 `lopti.commands.fields` checks them; so a new field is a new flag and YAML key without touching the
 command line. Precedence: the field's default, then the YAML file, then the command line.
+
+Why not transformers' `HfArgumentParser` / TRL's `TrlParser`, which also turn dataclasses into flags, `--help`
+and YAML: they build each dataclass from the YAML values as parsed, without type or bound checks (to PyYAML
+`1e-4` is a string), refuse unknown keys without naming the closest ones, report a bad flag as
+argparse's usage block rather than one line naming the key, the value and the source (file or command line), and
+build one parser per dataclass, where lopti's commands share `TaskData` keys and split one YAML file between
+`RunConfig` and `LoptiGRPOConfig`. lopti's checks (`lopti.commands.fields`) are those parts; the flags themselves
+are plain argparse, as in HfArgumentParser, including `--flag` alone for true.
 """
 
 from __future__ import annotations
