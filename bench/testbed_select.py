@@ -8,8 +8,9 @@ passes if its smaller gain of the two seeds is ≥ 10 points and no run's traini
 batches is below its first 5 (no collapse). Among passing candidates the largest mean gain wins; within 1
 point, the smaller learning rate. The held-out set is used only for the chosen one (the robustness runs).
 
-Runs are kept in --out, so a rerun does only what is missing. Run (about 20 minutes on 2 cores):
-  OMP_NUM_THREADS=2 python bench/testbed_select.py --out results/testbed-select
+Runs are kept in --out, so a rerun does only what is missing. Run (two processes of one thread, then the table):
+  for s in 0 1; do OMP_NUM_THREADS=1 python bench/testbed_select.py --out results/testbed-select --only-seed $s & done
+  wait; python bench/testbed_select.py --out results/testbed-select
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datasets import Dataset
 
 from lopti.cli import main as lopti
 from lopti.commands import train_run
+from lopti.commands.files import write_atomic
 from lopti.models.warmstart import WarmStartConfig
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.logic import canonical_key
@@ -42,12 +44,11 @@ def validation_rows() -> list[dict]:
         canonical_key(r["statements"])
         for records in (
             kk_records(warm.people, train=warm.puzzles_per_size, test=0, seed=warm.seed, template="terse"),
-            kk_records(RECIPE["people"], train=RECIPE["train_puzzles"], test=0, seed=RECIPE["data_seed"],
-                       template="terse"),  # fmt: skip
+            kk_records(RECIPE["people"], train=RECIPE["train_puzzles"], test=0, seed=RECIPE["data_seed"]),
         )
         for r in records["train"]
     }
-    drawn = kk_records("3", train=4 * VALIDATION_PUZZLES, test=0, seed=VALIDATION_SEED, template="terse",
+    drawn = kk_records("3", train=20 * VALIDATION_PUZZLES, test=0, seed=VALIDATION_SEED, template="terse",
                        fixed_names=True)["train"]  # fmt: skip
     fresh = [r for r in drawn if canonical_key(r["statements"]) not in seen][:VALIDATION_PUZZLES]
     if len(fresh) < VALIDATION_PUZZLES:
@@ -112,9 +113,17 @@ def choose(runs: list[dict]) -> tuple[float | None, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only-seed", type=int, help="train only this seed's runs (two processes share the work)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    validation = Dataset.from_list(validation_rows())
+    saved = args.out / "validation.json"  # about 100 s to draw: kept for the other invocations
+    if not saved.is_file():
+        write_atomic(saved, json.dumps(validation_rows()))
+    validation = Dataset.from_list(json.loads(saved.read_text()))
+    if args.only_seed is not None:
+        for lr in CANDIDATES:
+            run(args.out, lr, args.only_seed, validation)
+        return
     runs = [run(args.out, lr, seed, validation) for lr in CANDIDATES for seed in SEEDS]
     chosen, summary = choose(runs)
     lines = ["| learning rate | seed | validation greedy before → after | gain | reward first → last 5 batches |",
@@ -125,7 +134,9 @@ def main() -> None:
         for r in runs
     ]
     lines += ["", "| learning rate | mean gain | min gain | collapsed runs |", "|---|---|---|---|"]
-    lines += [f"| {lr:g} | {s['mean_gain']:+.1f} | {s['min_gain']:+.1f} | {s['collapsed']} |" for lr, s in summary.items()]
+    lines += [
+        f"| {lr:g} | {s['mean_gain']:+.1f} | {s['min_gain']:+.1f} | {s['collapsed']} |" for lr, s in summary.items()
+    ]
     lines += ["", f"chosen: {chosen:g}" if chosen is not None else "chosen: none passes the rule"]
     (args.out / "selection.md").write_text("\n".join(lines) + "\n")
     (args.out / "selection.json").write_text(json.dumps({"runs": runs, "chosen": chosen}, indent=1))

@@ -23,6 +23,7 @@ import yaml
 from transformers import TrainerCallback
 
 from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
+from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
 from lopti.commands.model_card import method_line, use_lopti_model_card, write_model_card
 from lopti.commands.report import write_report
@@ -33,7 +34,12 @@ from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.packing import fast_generation, packing_applies
 from lopti.train.trainer import LoptiGRPOTrainer
+
+# Prompts per evaluation batch: the CPU fast path's loop drops rows as they end, so long batches cost little
+# more than short ones (docs/performance.md measures the held-out evaluation).
+EVAL_BATCH_SIZE = 256
 
 
 class MetricsLog(TrainerCallback):
@@ -153,39 +159,63 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps()],
     )
     trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
+    trainer.lopti_model_path = model_path  # where the weights before training come from
     use_lopti_console(trainer, "RL", rl_columns(get_task(run.task), args.probability_buckets))
     use_lopti_model_card(trainer, run)
     return trainer
 
 
-def held_out_eval(trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds: dict, label: str) -> dict:
+def held_out_eval(
+    trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds: dict, label: str, cache_key: str | None = None
+) -> dict:
     """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
 
     Greedy always (out); with eval_samples > 1 also sampled at eval_temperature (out with "_sampled"),
     under "sampled" in the returned dict. `out` is written last, so its presence means both are saved.
+    With a `cache_key` (`eval_cache.evaluation_key`), an evaluation already made under it is reused.
     """
     started = time.time()
     rows = list(trainer.lopti_eval_rows)
     task = get_task(run.task)
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, rows, task.judge, task.group,
-        max_new_tokens=run.eval_max_new_tokens,
+        max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
     )  # fmt: skip
-    result = evaluate()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
+
+    def compute() -> tuple[dict, dict | None]:
+        with fast_generation(model) if fast else contextlib.nullcontext():
+            greedy = evaluate()
+            return greedy, evaluate(
+                samples=run.eval_samples, temperature=run.eval_temperature
+            ) if run.eval_samples > 1 else None
+
+    (result, sampled), reused = remembered(cache_key, compute)
     message = f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% greedy"
     saving = trainer.is_world_process_zero()
-    if run.eval_samples > 1:
-        sampled = evaluate(samples=run.eval_samples, temperature=run.eval_temperature)
+    if sampled is not None:
         if saving:
             write_atomic(sampled_path(out), json.dumps(sampled, indent=1))
         message += f", {100 * sampled['overall']['accuracy']:.1f}% sampled (T={run.eval_temperature})"
     if saving:
         write_atomic(out, json.dumps(result, indent=1))
-    if run.eval_samples > 1:
+    if sampled is not None:
         result = {**result, "sampled": sampled}
     seconds[label] = time.time() - started
-    print(f"{message} on {len(rows)} prompts")
+    print(f"{message} on {len(rows)} prompts{' (saved by an earlier run of this model)' if reused else ''}")
     return result
+
+
+def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig, model_path: str) -> str | None:
+    """Return the cache key of the evaluation before training, when the model is a folder with a manifest."""
+    if run.lora_r > 0:
+        return None
+    settings = {
+        "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
+        "temperature": run.eval_temperature, "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path,
+    }  # fmt: skip
+    return evaluation_key(model_path, list(trainer.lopti_eval_rows), settings)
 
 
 def sampled_path(out: Path) -> Path:
@@ -266,8 +296,11 @@ def _train_locked(
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(settings, sort_keys=True))
     if run.evaluate:
         path = run_dir / "eval_before.json"
+        key = start_eval_key(trainer, run, trainer.lopti_model_path)
         before = (
-            held_out_eval(trainer, run, path, seconds, "eval before") if path.name in todo else saved_eval(path, run)
+            held_out_eval(trainer, run, path, seconds, "eval before", key)
+            if path.name in todo
+            else saved_eval(path, run)
         )
     if "run.json" in todo or "eval_after.json" in todo:
         started = time.time()

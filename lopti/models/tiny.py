@@ -8,9 +8,11 @@ import random
 from lopti.tasks.kk.generate import generate_puzzles
 from lopti.tasks.kk.prompts import TEMPLATES, puzzle_prompt
 from lopti.tasks.kk.render import pick_names, render_quiz, render_solution
+from lopti.tasks.kk.trace import render_trace
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]  # plain added tokens: decoding keeps them
+TRACE_CORPUS_PEOPLE = 4  # traces of larger puzzles are long (2^n tries) and never trained on
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "{% if not (loop.last and message['role'] == 'assistant') %}<|im_end|>\n{% endif %}{% endfor %}"
@@ -19,7 +21,7 @@ CHATML_TEMPLATE = (
 
 
 def kk_corpus(puzzles_per_size: int = 300, people: range = range(2, 9), seed: int = 0) -> list[str]:
-    """Return K&K training text for the tokenizer: prompts of every template, quizzes and answers."""
+    """Return K&K training text for the tokenizer: prompts of every template, quizzes, traces and answers."""
     rng = random.Random(f"tokenizer-corpus|{seed}")
     texts = []
     for size in people:
@@ -30,10 +32,12 @@ def kk_corpus(puzzles_per_size: int = 300, people: range = range(2, 9), seed: in
             template = TEMPLATES[index % len(TEMPLATES)]
             texts.extend(m["content"] for m in puzzle_prompt(puzzle.statements, names, quiz, template))
             texts.append(f"</think>\n<answer>\n{render_solution(names, puzzle.solution)}\n</answer><|im_end|>")
+            if size <= TRACE_CORPUS_PEOPLE:  # the warm start's worked solutions (lopti.tasks.kk.trace)
+                texts.append(render_trace(puzzle.statements, puzzle.solution, rng))
     return texts
 
 
-def build_tokenizer(corpus: list[str], vocab_size: int = 640):
+def build_tokenizer(corpus: list[str], vocab_size: int = 768):
     """Return a `PreTrainedTokenizerFast` with a byte-level BPE trained on `corpus` and a ChatML template.
 
     Byte-level BPE decodes losslessly, so rewards see exactly the text the model wrote.

@@ -1,14 +1,13 @@
-"""Warm start: a short supervised stage (TRL's SFTTrainer) that teaches a model the K&K answer format.
+"""Warm start: a supervised stage (TRL's SFTTrainer) that teaches a model the K&K format and a way to solve.
 
-RL needs a policy that sometimes gets puzzles right: pass@k well above pass@1 is what gives groups a
-reward spread. The SFT targets give the answer directly after an empty think block; puzzles come only
-from training forms (`is_train_form`), so no held-out test puzzle is ever seen here.
-
-The default teacher is imperfect on purpose: it solves 70% of the puzzles and, on the rest, guesses that
-everyone is a knight. Trained on the solutions alone, the tiny model's greedy answer is already its best
-one and RL has nothing to find (configs/kk-tiny-cpu.yaml has the measurements); with the guesses, its
-greedy answer is the guess while its samples still hold the solver, as a pretrained LLM's samples hold
-answers its greedy decoding misses. RL with a verifiable reward has to find and reinforce them.
+RL needs a policy that sometimes gets puzzles right and whose greedy answer is not yet its best: pass@k
+well above pass@1 is what gives groups a reward spread. The teacher is always right, but it shows its work
+on only `trace_share` of the puzzles: there it writes the assume-and-check trace of
+`lopti.tasks.kk.trace` before the answer; on the rest it answers at once, as a model that has not learned
+to reason first would. A tiny model can execute the trace but cannot solve a puzzle in one step, so its
+greedy answer is the unreliable immediate one while its samples hold the reasoning; RL with a verifiable
+reward has to find and reinforce it. Puzzles come only from training forms (`is_train_form`), so no
+held-out puzzle is ever seen here.
 """
 
 from __future__ import annotations
@@ -19,43 +18,43 @@ from pathlib import Path
 
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.prompts import trainer_prompt
-from lopti.tasks.kk.render import render_solution
+from lopti.tasks.kk.trace import render_trace
 
 
 @dataclass
 class WarmStartConfig:
-    """The SFT stage: data, optimisation and its cost."""
+    """The SFT stage: data, optimisation and its cost (`bench/warm_start.py` builds the shipped one)."""
 
-    # 0.62x the SFT examples of 4500/2e-3/32: on docs/performance.md's validation set greedy 10.2 vs 10.4%,
-    # pass@1 9.6 vs 8.8%, pass@8 46.9 vs 44.8%, format errors 0.4 vs 0.5% (its pre-registered grid, point F).
-    people: str = "3-4"
-    puzzles_per_size: int = 2800
+    people: str = "3"
+    puzzles_per_size: int = 50000
     template: str = "terse"
     fixed_names: bool = True
     seed: str = "warm-start"
-    epochs: float = 1.0
-    learning_rate: float = 3e-3
-    batch_size: int = 16
-    warmup_ratio: float = 0.05
-    guess_share: float = 0.3
-    """Share of examples labelled with the credulous guess "everyone is a knight" instead of the solution:
-    an imperfect teacher, so the warm start's samples hold answers its greedy decoding does not give."""
+    epochs: float = 2.5
+    learning_rate: float = 2e-3
+    batch_size: int = 32
+    warmup_ratio: float = 0.02
+    trace_share: float = 0.4
+    """Share of examples whose completion shows the assume-and-check trace before the answer; the rest
+    answer at once. Greedy decoding then starts with the more common immediate answer."""
+    bf16: bool = True
+    """Train under bf16 autocast where the CPU has bf16 instructions (about 2.4x faster; weights stay fp32)."""
 
 
-def teacher_label(record: dict, guess: bool) -> str:
-    """Return the SFT answer lines: the solution, or with `guess` everyone a knight."""
-    if not guess:
-        return record["solution_text"]
-    return render_solution(record["names"], [True] * record["people"], tuple(record["roles"]))
+def completion(record: dict, trace: bool, rng: random.Random) -> str:
+    """Return the SFT completion after the prompt's "<think>": the trace (or nothing), then the answer."""
+    worked = f"\n{render_trace(record['statements'], record['solution'], rng)}\n" if trace else ""
+    return f"{worked}</think>\n<answer>\n{record['solution_text']}\n</answer>"
 
 
 def sft_dataset(config: WarmStartConfig):
-    """Return a prompt/completion 🤗 dataset: the prompt ends in "<think>", the completion closes it and answers."""
+    """Return a prompt/completion 🤗 dataset: the prompt ends in "<think>"; the completion reasons or not, then
+    answers."""
     from datasets import Dataset
 
-    if not 0.0 <= config.guess_share < 1.0:
-        raise ValueError(f"guess_share must be in [0, 1), got {config.guess_share}")
-    guesses = random.Random(f"{config.seed}|guess")
+    if not 0.0 <= config.trace_share <= 1.0:
+        raise ValueError(f"warm start trace_share must be in [0, 1], got {config.trace_share}")
+    rng = random.Random(f"{config.seed}|trace")
     records = kk_records(
         config.people,
         train=config.puzzles_per_size,
@@ -68,12 +67,18 @@ def sft_dataset(config: WarmStartConfig):
         [
             {
                 "prompt": trainer_prompt(r["prompt"], config.template),
-                "completion": f"</think>\n<answer>\n{label}\n</answer>",
+                "completion": completion(r, rng.random() < config.trace_share, rng),
             }
             for r in records
-            for label in [teacher_label(r, guesses.random() < config.guess_share)]
         ]
     ).shuffle(seed=0)
+
+
+def cpu_has_bf16() -> bool:
+    """Return True when this CPU runs bf16 matmuls natively (AVX-512 BF16 or AMX); elsewhere autocast is slower."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None = None) -> Path:
@@ -97,9 +102,11 @@ def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None
         save_strategy="no",
         report_to=[],
         use_cpu=True,
-        bf16=False,
+        bf16=config.bf16 and cpu_has_bf16(),
         seed=0,
         completion_only_loss=True,
+        train_sampling_strategy="group_by_length",  # completions run from 20 to 260 tokens: less padding
+        pad_to_multiple_of=32,  # few distinct shapes, so oneDNN's kernel cache stays small under autocast
         disable_tqdm=False,
     )
     trainer = SFTTrainer(

@@ -271,7 +271,7 @@ def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, gener
     mask = model_kwargs.get("attention_mask")
     cache = model_kwargs.get("cache")
     return (
-        generation_config.get_generation_mode() == GenerationMode.SAMPLE
+        generation_config.get_generation_mode() in (GenerationMode.SAMPLE, GenerationMode.GREEDY_SEARCH)
         and not generation_config.return_dict_in_generate
         and streamer is None
         and set(model_kwargs) <= MODEL_INPUTS
@@ -283,7 +283,7 @@ def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, gener
         and all(type(processor) in ROW_WISE_PROCESSORS for processor in logits_processor)
         and all(type(criterion) in (EosTokenCriteria, MaxLengthCriteria) for criterion in stopping_criteria)
         and any(type(criterion) is MaxLengthCriteria for criterion in stopping_criteria)
-        and draws_like_multinomial()
+        and (generation_config.get_generation_mode() == GenerationMode.GREEDY_SEARCH or draws_like_multinomial())
     )
 
 
@@ -291,8 +291,8 @@ def sample_unfinished_rows(
     model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, streamer=None,
     **model_kwargs,
 ):  # fmt: skip
-    """Return what `generate` returns for multinomial sampling: `input_ids` followed by the sampled tokens, rows
-    that ended early padded; runs the forwards of each step on the rows still sampling only.
+    """Return what `generate` returns for multinomial sampling or greedy decoding: `input_ids` followed by the
+    chosen tokens, rows that ended early padded; runs the forwards of each step on the rows still decoding only.
 
     A `custom_generate` decoding method for `GenerationMixin.generate`; where it cannot reproduce generate's loop
     (`_loop_applies`), runs that loop instead.
@@ -315,6 +315,7 @@ def sample_unfinished_rows(
     positions = model_kwargs.get("position_ids")
     if positions is None or positions.shape != input_ids.shape:
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own for left padding (0 on padding)
+    greedy = generation_config.get_generation_mode() == GenerationMode.GREEDY_SEARCH
     past = cache.get_seq_length()
     rows = torch.arange(batch, device=input_ids.device)  # the original rows still in the batch
     tokens, position_ids, length = input_ids[:, past:], positions[:, past:], width
@@ -330,7 +331,7 @@ def sample_unfinished_rows(
                 use_cache=True, logits_to_keep=1, shared_prompt=shared,
             ).logits[:, -1].to(copy=True, dtype=torch.float32)  # fmt: skip
             scores = logits_processor(sequences[rows, :length], logits)
-            tokens = draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
+            tokens = scores.argmax(-1) if greedy else draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
             sequences[rows, length] = tokens
             length += 1
             going = torch.ones_like(tokens, dtype=torch.bool) if end_tokens is None else ~torch.isin(tokens, end_tokens)

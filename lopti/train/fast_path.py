@@ -14,7 +14,6 @@ PEFT) sdpa model without extra inputs (images, the MoE loss); anywhere else ever
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -104,8 +103,5 @@ class CpuFastPath:
             self.use_vllm or self.use_transformers_continuous_batching
         ):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        model.generate = functools.partial(packing.shared_prefill_generate, model)  # TRL calls model.generate(...)
-        try:
+        with packing.fast_generation(model):  # TRL calls model.generate(...)
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        finally:
-            del model.generate

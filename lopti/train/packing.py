@@ -12,6 +12,10 @@ separate old log-prob forward is skipped. `CpuFastPath` (lopti/train/fast_path.p
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
+
 import torch
 from accelerate.utils import is_peft_model
 from transformers import DynamicCache
@@ -66,6 +70,17 @@ def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool)
     )
 
 
+@contextlib.contextmanager
+def fast_generation(model) -> Iterator[None]:
+    """Within the block, `model.generate(...)` is `shared_prefill_generate(model, ...)`: the same tokens, each
+    distinct prompt's prefill once and ended rows left out (TRL's rollout and lopti's evaluation call it)."""
+    model.generate = functools.partial(shared_prefill_generate, model)
+    try:
+        yield
+    finally:
+        del model.generate
+
+
 def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
     """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)`, with each distinct left-padded prompt's
     prefill run once and its KV cache copied to every row that repeats it, and the sampling loop
@@ -81,7 +96,7 @@ def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torc
     config = kwargs.get("generation_config") or model.generation_config
     cache = (
         sampling_cache(model, input_ids.size(1) + config.max_new_tokens)
-        if config.do_sample and config.num_beams in (None, 1) and config.max_new_tokens
+        if config.num_beams in (None, 1) and config.max_new_tokens
         else DynamicCache(config=model.config)
     )
     distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)

@@ -11,7 +11,7 @@ from lopti.train import decode
 from lopti.train.decode import MATMUL_DECODE, SharedPrompt, draws_like_multinomial, single_query_attention
 from lopti.train.packing import shared_prefill_generate
 
-MANY_ENDS = list(range(3, 60))  # end-of-sequence tokens common enough that rows end at different steps
+MANY_ENDS = list(range(3, 30))  # end-of-sequence tokens common enough that rows end at different steps
 
 
 def left_padded(vocab: int, prompt_lengths: list[int], group: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,6 +81,24 @@ def test_fast_rollout_samples_what_generate_samples(tiny_model_dir, name, length
             assert sum(our_rows[-steps:]) == int(sampled.sum()) < sum(generate_rows[-steps:]) == len(ids) * steps
         prefill = [len(torch.unique(ids, dim=0))] if group > 1 else []
         assert our_rows[: len(our_rows) - steps] == prefill  # each distinct prompt's prefill once
+
+
+@pytest.mark.parametrize("group", [4, 1], ids=["repeated-prompts", "distinct-prompts"])
+def test_greedy_decoding_gives_generates_tokens_with_ended_rows_left_out(tiny_model_dir, group):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], group, seed=0)
+    free = GenerationConfig(do_sample=False, pad_token_id=0, max_new_tokens=24, eos_token_id=None)
+    completions = sample(type(model).generate, model, ids, mask, free, seed=0)[0][:, ids.size(1) :]
+    # end tokens that some rows write early and others never: rows then end at different steps
+    ends = [t for t in completions[0, :6].tolist() if not bool((completions == t).any(dim=1).all())]
+    assert ends, "the random model's greedy rows all write the same tokens"
+    config = GenerationConfig(do_sample=False, pad_token_id=0, max_new_tokens=24, eos_token_id=ends)
+    expected, generate_rows, _ = sample(type(model).generate, model, ids, mask, config, seed=0)
+    ours, our_rows, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    assert torch.equal(ours, expected)
+    steps = expected.size(1) - ids.size(1)
+    assert sum(our_rows[-steps:]) < sum(generate_rows[-steps:])  # rows that ended did no more forwards
 
 
 @pytest.mark.parametrize("setting", [dict(repetition_penalty=1.3), dict(no_repeat_ngram_size=2)])

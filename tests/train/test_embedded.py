@@ -75,5 +75,61 @@ def test_another_warm_start_is_another_cache_entry(monkeypatch):
     default = embedded.warm_start_key()
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig())
     assert embedded.warm_start_key() == default
-    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(guess_share=0.25))
+    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(trace_share=0.25))
     assert embedded.warm_start_key() != default
+
+
+def fake_shipped(folder, settings):
+    """Write a whole shipped folder made with `settings` (a WarmStartConfig as a dict)."""
+    import json
+
+    folder.mkdir(parents=True)
+    fake_builder([])(folder)
+    (folder / "warm_start.json").write_text(json.dumps({"warm_start": settings}))
+    embedded.write_manifest(folder)
+    return folder
+
+
+def test_the_default_tiny_is_the_shipped_folder_and_nothing_is_built(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    from lopti.models.warmstart import WarmStartConfig
+
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(embedded, "SHIPPED_TINY", fake_shipped(tmp_path / "shipped", asdict(WarmStartConfig())))
+    monkeypatch.setitem(embedded.BUILDERS, "tiny", lambda folder: pytest.fail("built instead of shipped"))
+    assert embedded.embedded_model_path("tiny") == tmp_path / "shipped"
+
+
+@pytest.mark.parametrize("case", ["other-settings", "damaged", "a-test-warm-start"])
+def test_a_shipped_folder_that_does_not_match_the_code_is_not_used(tmp_path, monkeypatch, capsys, case):
+    from dataclasses import asdict
+
+    from lopti.models.warmstart import WarmStartConfig
+
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
+    settings = asdict(WarmStartConfig(trace_share=0.5) if case == "other-settings" else WarmStartConfig())
+    shipped = fake_shipped(tmp_path / "shipped", settings)
+    if case == "damaged":
+        (shipped / "model.safetensors").write_bytes(b"cut")
+    if case == "a-test-warm-start":
+        monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=10))
+    monkeypatch.setattr(embedded, "SHIPPED_TINY", shipped)
+    calls = []
+    monkeypatch.setitem(embedded.BUILDERS, "tiny", fake_builder(calls))
+    folder = embedded.embedded_model_path("tiny")
+    assert folder.parent == tmp_path / "cache" and len(calls) == 1
+    assert ("damaged" in capsys.readouterr().err) == (case == "damaged")
+
+
+def test_the_shipped_warm_start_is_whole_and_made_with_the_codes_settings():
+    """Fails when WarmStartConfig's defaults change without rebuilding the shipped weights (bench/warm_start.py)."""
+    import json
+    from dataclasses import asdict
+
+    from lopti.models.warmstart import WarmStartConfig
+
+    assert embedded.damage(embedded.SHIPPED_TINY) is None
+    record = json.loads((embedded.SHIPPED_TINY / "warm_start.json").read_text())
+    assert record["warm_start"] == asdict(WarmStartConfig())
+    assert embedded.shipped_tiny() == embedded.SHIPPED_TINY

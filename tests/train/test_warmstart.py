@@ -1,53 +1,45 @@
-"""The warm start's SFT data: solutions, or the imperfect teacher's credulous guesses."""
+"""The warm start's SFT data: every answer is the solution; a share of completions reason first."""
 
 import pytest
 
 from lopti.models.warmstart import WarmStartConfig, sft_dataset
 from lopti.tasks.kk.data import kk_records
-from lopti.tasks.kk.rewards import accuracy
+from lopti.tasks.kk.rewards import accuracy, logic_rl_score
 
 
 def _answers(completion: str) -> str:
     return completion.split("<answer>\n", 1)[1].split("\n</answer>", 1)[0]
 
 
-def test_a_perfect_teacher_labels_every_puzzle_with_its_solution():
-    config = WarmStartConfig(puzzles_per_size=40, guess_share=0.0)
-    records = kk_records(config.people, train=40, test=0, seed=config.seed, template="terse", fixed_names=True)
-    solutions = {r["prompt"][-1]["content"]: r["solution_text"] for r in records["train"]}
+def test_every_completion_answers_with_the_solution_and_the_trace_share_reasons_first():
+    config = WarmStartConfig(puzzles_per_size=600, trace_share=0.4)
+    records = kk_records(config.people, train=600, test=0, seed=config.seed, template="terse", fixed_names=True)
+    by_prompt = {r["prompt"][-1]["content"]: r for r in records["train"]}
     rows = sft_dataset(config)
-    assert len(rows) == len(solutions) == 80
+    assert len(rows) == len(by_prompt) == 600
+    traced = 0
     for row in rows:
-        assert row["completion"] == f"</think>\n<answer>\n{solutions[row['prompt']]}\n</answer>"
-
-
-def test_guess_share_labels_that_share_of_puzzles_everyone_a_knight():
-    config = WarmStartConfig(puzzles_per_size=500, guess_share=0.4)
-    solved = sft_dataset(WarmStartConfig(puzzles_per_size=500, guess_share=0.0))
-    mixed = sft_dataset(config)
-    by_prompt = {row["prompt"]: row["completion"] for row in solved}
-    guessed = [row for row in mixed if row["completion"] != by_prompt[row["prompt"]]]
-    assert 0.33 < len(guessed) / len(mixed) < 0.47  # 1000 draws: 0.4 within ~4.5 standard deviations
-    for row in guessed:
-        lines = _answers(row["completion"]).splitlines()
-        assert all(line.endswith(" is a knight") for line in lines)
-        solution_lines = _answers(by_prompt[row["prompt"]]).splitlines()
-        assert [line.split(" ")[1] for line in lines] == [line.split(" ")[1] for line in solution_lines]
-    assert sft_dataset(config)["completion"] == mixed["completion"]  # deterministic
-
-
-def test_the_reward_scores_a_label_right_iff_it_is_the_solution():
-    rows = sft_dataset(WarmStartConfig(puzzles_per_size=50, guess_share=0.5))
-    perfect = sft_dataset(WarmStartConfig(puzzles_per_size=50, guess_share=0.0))
-    solved = {row["prompt"]: row["completion"] for row in perfect}
-    for row in rows:
-        names = [line.split(" ")[1] for line in _answers(solved[row["prompt"]]).splitlines()]
-        truth = ["knight" in line.split(" is a ")[1] for line in _answers(solved[row["prompt"]]).splitlines()]
+        record = by_prompt[row["prompt"]]
+        worked, _, answer = row["completion"].partition("</think>")
+        assert answer == f"\n<answer>\n{record['solution_text']}\n</answer>"
+        if worked:
+            traced += 1
+            last_try = [line for line in worked.splitlines() if line and line.split(" ")[0].isalpha()][-4:]
+            assert last_try[0].split(" ")[1] == "".join("K" if k else "N" for k in record["solution"])
         text = "<think>" + row["completion"]  # the prompt pre-fills "<think>"
-        assert accuracy(text, names, truth) == float(row["completion"] == solved[row["prompt"]])
+        assert accuracy(text, record["names"], record["solution"]) == 1.0
+        assert logic_rl_score(text, record["names"], record["solution"]) == 3.0  # the paper's full reward
+    assert 0.33 < traced / len(rows) < 0.47  # 600 draws of 0.4: within ~3.5 standard deviations
+    assert sft_dataset(config)["completion"] == rows["completion"]  # deterministic
 
 
-@pytest.mark.parametrize("share", [-0.1, 1.0])
-def test_guess_share_outside_zero_one_is_refused(share):
-    with pytest.raises(ValueError, match="guess_share"):
-        sft_dataset(WarmStartConfig(puzzles_per_size=5, guess_share=share))
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_the_trace_share_at_its_ends_gives_one_kind_of_completion(share):
+    rows = sft_dataset(WarmStartConfig(puzzles_per_size=30, trace_share=share))
+    assert {row["completion"].startswith("</think>") for row in rows} == {share == 0.0}
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_trace_share_outside_zero_one_is_refused(share):
+    with pytest.raises(ValueError, match="warm start trace_share must be in"):
+        sft_dataset(WarmStartConfig(puzzles_per_size=5, trace_share=share))
