@@ -36,12 +36,12 @@ class EvalConfig(TaskData):
     )
     samples: int = field(default=1, metadata={"help": "Samples per prompt (avg@k, pass@k).", "min": 1})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy.", "min": 0})
-    max_new_tokens: int = field(
+    eval_max_new_tokens: int = field(
         default=512,
         metadata={
-            "help": "Answer budget in tokens; --config takes the run's eval_max_new_tokens.",
+            "help": "Answer budget in tokens, as lopti train's held-out evaluation names it (--config takes the "
+            "run's); the training rollouts' budget is max_completion_length, a setting of its own.",
             "min": 1,
-            "run_key": "eval_max_new_tokens",
         },
     )
     batch_size: int = field(default=64, metadata={"help": "Prompts per generate call.", "min": 1})
@@ -88,7 +88,7 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
     lines = [
         f"# {config.task} evaluation of {config.model}",
         "",
-        f"Decoding: {decoding}, at most {config.max_new_tokens} new tokens.",
+        f"Decoding: {decoding}, at most {config.eval_max_new_tokens} new tokens.",
         "",
         head + " | format errors | mean length |",
         "|---" * (5 + len(pass_keys)) + "|",
@@ -104,9 +104,11 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
 
 def _stored_settings(stored: dict[str, Any]) -> dict[str, Any]:
     """Return a settings.json record under the current keys: `n` is the held-out size eval_puzzles (then without
-    eval_people)."""
+    eval_people), `max_new_tokens` the answer budget eval_max_new_tokens."""
     if "n" in stored:
         stored = {"eval_puzzles": stored.pop("n"), "eval_people": None, **stored}
+    if "max_new_tokens" in stored:
+        stored = {"eval_max_new_tokens": stored.pop("max_new_tokens"), **stored}
     return stored
 
 
@@ -165,7 +167,7 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
                         task.group,
                         config.samples,
                         config.temperature,
-                        config.max_new_tokens,
+                        config.eval_max_new_tokens,
                         config.batch_size,
                         config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
                     )
