@@ -40,16 +40,16 @@ RUNS = {
     # keep it to hours (the log-softmax is float64 either way); micro-batches of one prompt's 8 responses run
     # that prompt once (packed). AdamW as its recipe trains (lr 1e-6).
     "smollm2": AnalyzeConfig(
-        model="smollm2-135m", people="2,3", template="chatml-think", reward="lenient", prompts=4, group_size=8,
-        temperature=0.7, max_new_tokens=96, dtype="float32", batches=4, optimizers=REGIMES, warmup_updates=3,
+        model="smollm2-135m", people="2,3", template="chatml-think", reward="lenient", prompts=4, num_generations=8,
+        temperature=0.7, max_completion_length=96, dtype="float32", batches=4, optimizers=REGIMES, warmup_updates=3,
         micro_batch=8,
         **adamw_of("kk-smollm2-cpu"),
     ),
     # The warm-started tiny model on its own training distribution (3-4 people, terse form), at its RL
     # temperature; the partial reward is the one it trains with; AdamW as the embedded recipe trains.
     "tiny": AnalyzeConfig(
-        model="tiny", people="3,4", template="terse", fixed_names=True, reward="partial", prompts=16, group_size=8,
-        temperature=1.0, max_new_tokens=48, batches=8, optimizers=REGIMES, warmup_updates=3,
+        model="tiny", people="3,4", template="terse", fixed_names=True, reward="partial", prompts=16, num_generations=8,
+        temperature=1.0, max_completion_length=48, batches=8, optimizers=REGIMES, warmup_updates=3,
         **adamw_of("kk-tiny-cpu"),
     ),
 }  # fmt: skip
@@ -75,7 +75,7 @@ warm start of 9,000 SFT examples: rerun now, it probes the cheaper default of do
 warm start"); each run is also one
 `lopti analyze` command, e.g. for the tiny model
 `lopti analyze --config lopti/configs/kk-tiny-cpu.yaml --people 3,4 --reward partial --prompts 16
---temperature 1.0 --max_new_tokens 48 --batches 8 --optimizers sgd,adamw,adamw_warm --warmup_updates 3`
+--temperature 1.0 --max_completion_length 48 --batches 8 --optimizers sgd,adamw,adamw_warm --warmup_updates 3`
 (the recipe gives the model, the task data and the AdamW settings).
 
 The probe (`lopti/diagnostics/probe.py`) takes independent batches of rollouts (different prompts),
@@ -213,10 +213,11 @@ def tables(results: dict[str, dict]) -> str:
         )
     lines.append("")
     for name, r in results.items():
+        per_prompt = r.get("num_generations", r.get("group_size"))  # the stored analysis.json files: group_size
         lines.append(
-            f"- {name}: {r['batches']} batches, {r['responses']} responses ({r['group_size']} per prompt, "
+            f"- {name}: {r['batches']} batches, {r['responses']} responses ({per_prompt} per prompt, "
             f"T={r['temperature']}), {r['tokens']} response tokens, {r['groups_with_reward_spread']} of "
-            f"{r['responses'] // r['group_size']} groups with reward spread, mean reward {r['reward_mean']:.3f}."
+            f"{r['responses'] // per_prompt} groups with reward spread, mean reward {r['reward_mean']:.3f}."
         )
     return "\n".join(lines) + "\n"
 

@@ -127,8 +127,8 @@ COMMANDS = {  # name: (one-line help, --help description)
     ),
     "analyze": (
         "one-update probe of token probabilities (docs/analysis.md): gradient share, Δπ, correct ratio, bounds",
-        "Settings: the field defaults, then --config (a recipe or a run's config.yaml gives the model and the task "
-        "data), then --key value.",
+        "Settings: the field defaults, then --config (a recipe or a run's config.yaml gives the model, the task "
+        "data and the method and AdamW settings), then --key value.",
     ),
     "compare": (
         "the ablation study: variants x seeds on one held-out set, table with mean ± std and curves",
@@ -148,7 +148,8 @@ OPTIONS = {  # what a command reads or writes besides its settings: "--flag META
         OUT: "results folder (default evals/MODEL-TASK-Kx-TT)",
     },
     "analyze": {
-        CONFIG: "take the model and task data from this recipe or run config.yaml",
+        CONFIG: "take the model, task data, method (ar_alpha, lopti_eta, clip) and AdamW settings from this recipe or "
+        "run config.yaml",
         OUT: "output folder (default analysis/MODEL-TASK)",
     },
 }

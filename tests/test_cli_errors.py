@@ -64,8 +64,11 @@ OTHERS = [
     (["data", "kk", "--out", "RO"], "--out RO: cannot write in RO"),
     (["data", "kk", "--depth", "30", "--out", "TMP/kk"], "depth must be a whole number from 1 to 8, got 30"),
     (["data", "kk", "--depth", "2000", "--out", "TMP/kk"], "depth must be a whole number from 1 to 8, got 2000"),
-    (["data", "kk", "--people", "2", "--train", "100000", "--test", "5", "--out", "TMP/kk"], "found only 139 of"),
-    (["data", "math", "--train", "-3", "--out", "TMP/math"], "train must be a whole number ≥ 0"),
+    (
+        ["data", "kk", "--people", "2", "--train_puzzles", "100000", "--eval_puzzles", "5", "--out", "TMP/kk"],
+        "found only 139 of",
+    ),
+    (["data", "math", "--train_puzzles", "-3", "--out", "TMP/math"], "train_puzzles must be ≥ 1, got -3"),
     (["compare", "--out", "FILE"], "--out FILE is a file, not a folder"),
     (["analyze", "--prompts", "abc"], "prompts must be a whole number, got 'abc'"),
     (["analyze", "--out", "FILE"], "--out FILE is a file, not a folder"),
@@ -214,7 +217,7 @@ def test_enospc_without_a_file_name_names_the_partial_file(workspace, tmp_path, 
 
     monkeypatch.setattr(pyarrow.parquet, "write_table", write_table)
     out = tmp_path / "kk"
-    assert main(["data", "kk", "--people", "3", "--train", "2", "--test", "2", "--out", str(out)]) == 1
+    assert main(["data", "kk", "--people", "3", "--train_puzzles", "2", "--eval_puzzles", "2", "--out", str(out)]) == 1
     line = one_error_line(capsys)
     assert line.startswith(f"error: no space left on device while writing {out / 'train.parquet'};")
 

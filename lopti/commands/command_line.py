@@ -31,6 +31,7 @@ from lopti.commands.fields import (
     field_default,
     field_types,
     parse_value,
+    read_yaml,
     settings_fields,
     shown_value,
     takes_bool,
@@ -123,7 +124,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not a text file (byte {error.object[error.start]:#04x} at {error.start})") from None
     except yaml.YAMLError as error:

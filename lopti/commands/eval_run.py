@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lopti.commands.fields import check_values
-from lopti.commands.files import LOCK_NAME, folder_lock, write_atomic
+from lopti.commands.files import check_folder, claim_folder, folder_lock, write_atomic
 from lopti.errors import check_output_folder
 from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
@@ -36,12 +36,12 @@ class EvalConfig(TaskData):
     )
     samples: int = field(default=1, metadata={"help": "Samples per prompt (avg@k, pass@k).", "min": 1})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy.", "min": 0})
-    max_new_tokens: int = field(
+    eval_max_new_tokens: int = field(
         default=512,
         metadata={
-            "help": "Answer budget in tokens; --config takes the run's eval_max_new_tokens.",
+            "help": "Answer budget in tokens, as lopti train's held-out evaluation names it (--config takes the "
+            "run's); the training rollouts' budget is max_completion_length, a setting of its own.",
             "min": 1,
-            "run_key": "eval_max_new_tokens",
         },
     )
     batch_size: int = field(default=64, metadata={"help": "Prompts per generate call.", "min": 1})
@@ -88,7 +88,7 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
     lines = [
         f"# {config.task} evaluation of {config.model}",
         "",
-        f"Decoding: {decoding}, at most {config.max_new_tokens} new tokens.",
+        f"Decoding: {decoding}, at most {config.eval_max_new_tokens} new tokens.",
         "",
         head + " | format errors | mean length |",
         "|---" * (5 + len(pass_keys)) + "|",
@@ -102,35 +102,27 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_folder(out: Path, config: EvalConfig) -> None:
-    """Raise a ValueError if `out` holds an evaluation of other settings, or anything else."""
-    settings_path, wanted = out / "settings.json", identity(config)
-    if settings_path.exists():
-        try:
-            stored = json.loads(settings_path.read_text(encoding="utf-8"))
-        except (ValueError, OSError):  # blank (a kill while writing it) or not text
-            stored = None
-        if not isinstance(stored, dict):
-            raise ValueError(
-                f"{settings_path} is empty or damaged, so the records next to it cannot be matched to settings; "
-                f"delete {out} or choose another --out"
-            )
-        if "n" in stored:  # written before `n` became TaskData's eval_puzzles, when eval_people was not a key
-            stored = {"eval_puzzles": stored.pop("n"), "eval_people": None, **stored}
-        differing = sorted(key for key in set(stored) | set(wanted) if stored.get(key) != wanted.get(key))
-        if differing:
-            details = ", ".join(f"{k}: {stored.get(k)!r} there, {wanted.get(k)!r} now" for k in differing)
-            raise ValueError(f"{out} holds an evaluation with other settings ({details}); choose another --out")
-    elif out.exists() and any(p.name != LOCK_NAME for p in out.iterdir()):
-        raise ValueError(f"{out} is not empty and holds no lopti evaluation; choose another --out")
+def _stored_settings(stored: dict[str, Any]) -> dict[str, Any]:
+    """Return a settings.json record under the current keys: `n` is the held-out size eval_puzzles (then without
+    eval_people), `max_new_tokens` the answer budget eval_max_new_tokens."""
+    if "n" in stored:
+        stored = {"eval_puzzles": stored.pop("n"), "eval_people": None, **stored}
+    if "max_new_tokens" in stored:
+        stored = {"eval_max_new_tokens": stored.pop("max_new_tokens"), **stored}
+    return stored
+
+
+def _check_folder(out: Path, config: EvalConfig, claim: bool = False) -> None:
+    """Raise a UserError if `out` holds an evaluation of other settings, or anything else; with `claim`, write
+    its settings.json."""
+    guard = claim_folder if claim else check_folder
+    guard(out, "settings.json", identity(config), "an evaluation", normalise=_stored_settings)
 
 
 def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
     """Return the records already in `out` (none for a new folder); refuse a folder of other settings."""
-    settings_path, records_path = out / "settings.json", out / "records.jsonl"
-    _check_folder(out, config)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(settings_path, json.dumps(identity(config), indent=1))
+    records_path = out / "records.jsonl"
+    _check_folder(out, config, claim=True)
     if not records_path.exists():
         return []
     records = []
@@ -175,7 +167,7 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
                         task.group,
                         config.samples,
                         config.temperature,
-                        config.max_new_tokens,
+                        config.eval_max_new_tokens,
                         config.batch_size,
                         config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
                     )

@@ -12,6 +12,7 @@ import difflib
 import enum
 import functools
 import math
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -19,6 +20,28 @@ from typing import Any, Literal
 import yaml
 
 from lopti.errors import UserError
+
+BOOL_TAG = "tag:yaml.org,2002:bool"
+# YAML 1.1's other spellings of true and false, which a field of type bool also takes (`--resume yes`)
+BOOL_WORDS = {"yes": True, "on": True, "y": True, "no": False, "off": False, "n": False}
+
+
+class SettingsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with only true and false read as booleans, as in YAML 1.2: `save_strategy: no`
+    is the text "no" (one of TrainingArguments' save strategies), not false."""
+
+
+SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+SettingsLoader.add_implicit_resolver(BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def read_yaml(text: str) -> Any:
+    """Return a YAML document's value as settings read it (`SettingsLoader`)."""
+    return yaml.load(text, Loader=SettingsLoader)  # a SafeLoader: builds plain values only
+
 
 TYPE_WORDS = {bool: "BOOL", int: "INT", float: "FLOAT", str: "TEXT", list: "A,B", tuple: "A,B", dict: "MAPPING"}
 
@@ -114,6 +137,8 @@ def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
+        if lenient and isinstance(value, str) and value.lower() in BOOL_WORDS:
+            return BOOL_WORDS[value.lower()]
     elif hint is int:
         if number and isinstance(value, int):
             return value
@@ -226,8 +251,8 @@ def check_keys(keys: typing.Iterable[str], known: typing.Collection[str], source
 
 
 def parse_value(text: str) -> Any:
-    """Return a command-line value as YAML reads it, with "1e-5"-style floats understood."""
-    value = yaml.safe_load(text)
+    """Return a command-line value as a settings file reads it (`read_yaml`), with "1e-5"-style floats understood."""
+    value = read_yaml(text)
     if isinstance(value, str):
         try:
             return float(value)

@@ -17,12 +17,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from lopti.commands import compare
 from lopti.commands.compare_report import write_compare_report
 from lopti.commands.fields import check_keys, parse_value
-from lopti.commands.files import folder_lock, write_atomic
+from lopti.commands.files import claim_folder, folder_lock, write_atomic
 from lopti.commands.jobs import run_jobs, threads_per_run
 from lopti.commands.settings import check_run_values, resolve, train_keys
+from lopti.commands.study import GROWABLE, check_variants, claim_study, collect, mean_std, plan_runs, train_settings
 
 GRID_FILE = "grid.json"
 # set by each variant or by compare itself, so a grid over them would run the same thing at every point
@@ -95,21 +95,21 @@ def run_grid(
     points = []
     for values in grid_points(grid):
         point_base = resolve(config, overrides | {key: parse_value(value) for key, value in values.items()})
-        compare.check_variants(point_base, study.variants)
+        check_variants(point_base, study.variants)
         points.append((values, out / point_label(values), point_base))
     identity = {"base": resolve(config, overrides), "grid": grid, "variants": study.variants, "seeds": study.seeds}
     threads = threads_per_run(study.jobs, study.threads)
     with folder_lock(out), contextlib.ExitStack() as locks:
         allowed = {"grid.md", "grid.png", *(folder.name for _, folder, _ in points)}
-        compare.claim_folder(out, identity, GRID_FILE, allowed)
+        claim_folder(out, GRID_FILE, identity, "a grid", allowed=allowed, growable=GROWABLE, kept=("results",))
         pending = []
         for _, folder, point_base in points:
             locks.enter_context(folder_lock(folder))
-            compare.claim_folder(folder, compare.study_identity(point_base, study.variants, study.seeds))
-            pending += compare.plan_runs(folder, point_base, study.variants, study.seeds, threads, f"{folder.name}/")
-        run_jobs(pending, study.jobs, compare.train_settings)
+            claim_study(folder, point_base, study.variants, study.seeds)
+            pending += plan_runs(folder, point_base, study.variants, study.seeds, threads, f"{folder.name}/")
+        run_jobs(pending, study.jobs, train_settings)
         for values, folder, point_base in points:
-            write_compare_report(folder, compare.collect(folder), point_command(argv, values, folder), point_base)
+            write_compare_report(folder, collect(folder), point_command(argv, values, folder), point_base)
         return write_grid_summary(out, "lopti compare " + shlex.join(argv))
 
 
@@ -137,7 +137,7 @@ def grid_results(out: Path, identity: dict[str, Any]) -> dict[str, Any]:
             fallen = sorted(name for name, run in mine.items() if collapsed(run))
             variants[variant] = {
                 "seeds": len(mine),
-                "accuracy": compare.mean_std([run["after"]["overall"]["accuracy"] for run in mine.values()]),
+                "accuracy": mean_std([run["after"]["overall"]["accuracy"] for run in mine.values()]),
                 "collapsed": len(fallen) / len(mine),
                 "collapsed_runs": fallen,
             }

@@ -39,7 +39,14 @@ class RunConfig(TaskData):
         default=False,
         metadata={"help": "Greedy held-out evaluation before and after training, written to report.md."},
     )
-    eval_max_new_tokens: int = field(default=64, metadata={"help": "Token budget of each evaluation answer.", "min": 1})
+    eval_max_new_tokens: int = field(
+        default=64,
+        metadata={
+            "help": "Token budget of each held-out evaluation answer (lopti eval's key too); the rollouts' budget "
+            "is max_completion_length.",
+            "min": 1,
+        },
+    )
     eval_samples: int = field(
         default=0,
         metadata={

@@ -38,9 +38,16 @@ class AnalyzeConfig(ProbeConfig):
     fixed_names: bool = task_data_field("fixed_names")
     reward: str | None = field(default=None, metadata={"help": "Reward of the rollouts; null: the task's accuracy."})
     prompts: int = field(default=16, metadata={"help": "Training prompts in each analysed batch."})
-    group_size: int = field(default=8, metadata={"help": "Responses sampled per prompt."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
-    max_new_tokens: int = field(default=128, metadata={"help": "Token budget of each response."})
+    # the trainer's keys for the same quantities; the probe's batches are its own, so --config leaves them
+    num_generations: int = field(
+        default=8, metadata={"help": "Responses sampled per prompt (not taken from --config).", "min": 2}
+    )
+    temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature of the rollouts (not taken from --config).", "above": 0}
+    )
+    max_completion_length: int = field(
+        default=128, metadata={"help": "Token budget of each response (not taken from --config).", "min": 1}
+    )
     data_seed: int = task_data_field("data_seed")
     seed: int = field(default=0, metadata={"help": "Seed of the sampling and of the update."})
     rollouts: str | None = field(
@@ -159,7 +166,7 @@ def summary_markdown(result: dict[str, Any]) -> str:
     """Return the headline numbers as markdown tables: shares, gradient norms, correct ratios, bounds."""
     labels = result["buckets"]
     lines = [
-        f"{result['batches']} batch(es), {result['responses']} responses ({result['group_size']} per prompt, "
+        f"{result['batches']} batch(es), {result['responses']} responses ({result['num_generations']} per prompt, "
         f"T={result['temperature']}), {result['tokens']} response tokens, {result['groups_with_reward_spread']} "
         "groups with reward spread.",
         "",
@@ -217,8 +224,8 @@ def analyze(config: AnalyzeConfig, out: str | Path) -> dict[str, Any]:
     else:
         model = load_model(model_path)
         rollouts = collect_rollouts(
-            model, tokenizer, rows, config.task, reward, config.group_size, config.temperature,
-            config.max_new_tokens, config.seed,
+            model, tokenizer, rows, config.task, reward, config.num_generations, config.temperature,
+            config.max_completion_length, config.seed,
         )  # fmt: skip
     save_rollouts(rollouts, tokenizer, out / "rollouts.jsonl")
     batches = split_groups(rollouts, config.prompts, parts, config.rollouts or "the rollouts")

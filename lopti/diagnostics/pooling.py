@@ -175,14 +175,14 @@ def pool(measures: list[BatchMeasure], labels: list[str], weight: torch.Tensor, 
     result: dict[str, Any] = {
         "batches": len(measures),
         "responses": len(rewards),
-        "group_size": measures[0].rollouts.group_size,
+        "num_generations": measures[0].rollouts.num_generations,
         "temperature": temperature,
         "tokens": len(index),
         "reward_mean": sum(rewards) / len(rewards),
         "groups_with_reward_spread": sum(
-            len(set(m.rollouts.rewards[i : i + m.rollouts.group_size])) > 1
+            len(set(m.rollouts.rewards[i : i + m.rollouts.num_generations])) > 1
             for m in measures
-            for i in range(0, len(m.rollouts), m.rollouts.group_size)
+            for i in range(0, len(m.rollouts), m.rollouts.num_generations)
         ),
         "buckets": labels,
         "token_share": tokens["all"],

@@ -35,6 +35,7 @@ from transformers import Trainer
 from lopti.core.advantages import token_advantages
 from lopti.core.bound import logit_grad_norm
 from lopti.core.buckets import bucket_labels, probability_buckets
+from lopti.core.constants import AR_ALPHA_KK
 from lopti.core.credit import CreditStep
 from lopti.core.credit_presets import make_credit_steps
 from lopti.core.methods import parse_method
@@ -114,7 +115,7 @@ def token_logprobs(model, batch: Batch, temperature: float, config: ProbeConfig)
 def batch_advantages(rollouts: Rollouts, batch: Batch, dtype: torch.dtype) -> torch.Tensor:
     """Return the paper's GRPO advantages (B, L − 1) of the rollouts' rewards, zero outside the responses."""
     rewards = torch.tensor(rollouts.rewards, dtype=dtype)
-    return token_advantages(rewards, batch.mask, rollouts.group_size, "grpo")
+    return token_advantages(rewards, batch.mask, rollouts.num_generations, "grpo")
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,17 @@ class Update:
 
 
 def method_update(method: str, advantages: torch.Tensor, config: ProbeConfig) -> Update:
-    """Return the update of a method name (`lopti.core.methods`) on `advantages`: AR with the config's α, and
-    the presets built as the trainer builds its `token_credit`, with the paper's constants."""
+    """Return the update of a method name (`lopti.core.methods`) on `advantages`: AR with the config's α (the
+    paper's K&K α where it is 0), and the presets built as the trainer builds its `token_credit`, with the paper's
+    constants."""
     spec = parse_method(method)
     credit = make_credit_steps(spec.token_credit, spec.token_credit_kwargs)
-    return Update(advantages, config.alpha if spec.ar else 0.0, spec.lopti, credit)
+    return Update(advantages, (config.ar_alpha or AR_ALPHA_KK) if spec.ar else 0.0, spec.lopti, credit)
+
+
+def upper_clip(config: ProbeConfig) -> float:
+    """Return the upper clip range: epsilon_high, or epsilon where it is None (TRL's rule)."""
+    return config.epsilon if config.epsilon_high is None else config.epsilon_high
 
 
 # Running sums behind the credit shares: metric key → [Σ value over response tokens, response tokens].
@@ -162,8 +169,8 @@ def policy_gradient(
         mask = batch.mask[rows]
         terms = token_objective(
             logp, old[rows], update.advantages[rows], mask,
-            alpha=update.alpha, phase=phase, eta=config.eta,
-            eps_low=config.eps_low, eps_high=config.eps_high, dual_clip=config.dual_clip,
+            alpha=update.alpha, phase=phase, eta=config.lopti_eta,
+            eps_low=config.epsilon, eps_high=upper_clip(config), dual_clip=config.dual_clip,
             entropies=entropies, entropy_bonus=False, credit=update.credit,
         )  # fmt: skip
         (terms.policy.sum() / count).backward()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lopti.core.buckets import QUARTILES, check_edges
-from lopti.core.constants import AR_ALPHA_KK, DUAL_CLIP, EPS_HIGH, EPS_LOW, LOPTI_ETA
+from lopti.core.constants import AR_ALPHA_KK, EPS_HIGH, EPS_LOW, LOPTI_ETA
 from lopti.core.methods import PAPER_METHODS, parse_method
 
 OPTIMIZERS = ("sgd", "adamw", "adamw_warm")
@@ -21,7 +21,8 @@ def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 class ProbeConfig:
     """How the probe updates. The paper's analysis: SGD, lr 1e-3, probability quartiles. The AdamW settings
     default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml); `lopti analyze --config` takes
-    them from another recipe or run config ("run_key": the LoptiGRPOConfig key each one mirrors)."""
+    them, and the method settings, from another recipe or run config ("run_key": the LoptiGRPOConfig key each
+    one mirrors)."""
 
     edges: tuple[float, ...] = field(
         default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
@@ -58,11 +59,35 @@ class ProbeConfig:
         default=3,
         metadata={"help": "adamw_warm: RL updates of the same method, one per other batch, before the probed one."},
     )
-    alpha: float = field(default=AR_ALPHA_KK, metadata={"help": "AR's α for the ar and ar+lopti methods."})
-    eta: float = field(default=LOPTI_ETA, metadata={"help": "Lopti's probability threshold η."})
-    eps_low: float = field(default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate."})
-    eps_high: float = field(default=EPS_HIGH, metadata={"help": "Upper clip range ε_high of the surrogate."})
-    dual_clip: float = field(default=DUAL_CLIP, metadata={"help": "Dual-clip constant c for negative advantages."})
+    # the method settings, as LoptiGRPOConfig names them; `lopti analyze --config` takes a run's
+    ar_alpha: float = field(
+        default=AR_ALPHA_KK,
+        metadata={
+            "help": "AR's α for the methods with AR (ar, ar+lopti, ...); 0 (a GRPO run's config) stands for the "
+            "paper's K&K α 0.3, as in lopti compare.",
+            "run_key": "ar_alpha",
+        },
+    )
+    lopti_eta: float = field(
+        default=LOPTI_ETA,
+        metadata={"help": "Lopti's probability threshold η.", "run_key": "lopti_eta"},
+    )
+    epsilon: float = field(
+        default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate.", "run_key": "epsilon"}
+    )
+    epsilon_high: float | None = field(
+        default=EPS_HIGH,
+        metadata={"help": "Upper clip range of the surrogate; null: epsilon.", "run_key": "epsilon_high"},
+    )
+    # None, LoptiGRPOConfig's default: the probe's first step is at ratio 1, so no clip binds there
+    dual_clip: float | None = field(
+        default=None,
+        metadata={
+            "help": "Dual-clip constant c for negative advantages; null: none. Binds only above ratio c, which one "
+            "update (Lopti: two, the second on tokens of π_old ≥ lopti_eta) does not reach for c > 1 / lopti_eta.",
+            "run_key": "dual_clip",
+        },
+    )
     micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
     packed: bool = field(
         default=True,
@@ -112,6 +137,16 @@ class ProbeConfig:
         if self.lr <= 0 or self.adam_lr <= 0 or self.micro_batch < 1:
             raise ValueError(
                 f"lr, adam_lr and micro_batch must be positive, got {self.lr}, {self.adam_lr} and {self.micro_batch}"
+            )
+        if not 0.0 <= self.ar_alpha <= 1.0 or not 0.0 < self.lopti_eta < 1.0:
+            raise ValueError(
+                f"ar_alpha must be in [0, 1] and lopti_eta in (0, 1), got {self.ar_alpha}, {self.lopti_eta}"
+            )
+        high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        if self.epsilon < 0 or high < 0 or (self.dual_clip is not None and self.dual_clip <= 1.0):
+            raise ValueError(
+                f"epsilon and epsilon_high must be ≥ 0 and dual_clip > 1 or null, got {self.epsilon}, "
+                f"{self.epsilon_high} and {self.dual_clip}"
             )
         if "adamw_warm" in self.optimizers and self.warmup_updates < 1:
             raise ValueError(f"optimizer adamw_warm needs warmup_updates ≥ 1, got {self.warmup_updates}")

@@ -19,12 +19,12 @@ from lopti.tasks.registry import get_task
 
 @dataclass
 class Rollouts:
-    """Responses in groups of `group_size` consecutive rows (one prompt per group)."""
+    """Responses in groups of `num_generations` consecutive rows (one prompt per group)."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     rewards: list[float]
-    group_size: int
+    num_generations: int
     temperature: float
 
     def __len__(self) -> int:
@@ -44,31 +44,31 @@ def collect_rollouts(
     rows: list[dict[str, Any]],
     task: str,
     reward: str,
-    group_size: int,
+    num_generations: int,
     temperature: float,
-    max_new_tokens: int,
+    max_completion_length: int,
     seed: int = 0,
 ) -> Rollouts:
-    """Sample `group_size` responses per row and score them with the task's reward `reward`."""
-    if group_size < 2:
-        raise ValueError(f"group_size must be at least 2 (advantages compare responses), got {group_size}")
+    """Sample `num_generations` responses per row and score them with the task's reward `reward`."""
+    if num_generations < 2:
+        raise ValueError(f"num_generations must be at least 2 (advantages compare responses), got {num_generations}")
     if temperature <= 0:
         raise ValueError(f"temperature must be above 0 for a rollout, got {temperature}")
     texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
-    outputs = generate(model, tokenizer, texts, group_size, temperature, max_new_tokens, seed=seed)
+    outputs = generate(model, tokenizer, texts, num_generations, temperature, max_completion_length, seed=seed)
     reward_fn = get_task(task).make_reward(reward, tokenizer.eos_token_id, tokenizer.pad_token_id)
-    columns = {key: [row[key] for row in rows for _ in range(group_size)] for key in rows[0] if key != "prompt"}
-    prompts = [row["prompt"] for row in rows for _ in range(group_size)]
+    columns = {key: [row[key] for row in rows for _ in range(num_generations)] for key in rows[0] if key != "prompt"}
+    prompts = [row["prompt"] for row in rows for _ in range(num_generations)]
     completions = [text for group in outputs for text, _ in group]
     ids = [list(i) for group in outputs for _, i in group]
     rewards = reward_fn(prompts, completions, completion_ids=ids, **columns)
-    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts for _ in range(group_size)]
-    return Rollouts(prompt_ids, ids, [float(r) for r in rewards], group_size, temperature)
+    prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts for _ in range(num_generations)]
+    return Rollouts(prompt_ids, ids, [float(r) for r in rewards], num_generations, temperature)
 
 
 def save_rollouts(rollouts: Rollouts, tokenizer, path: Path) -> None:
-    """Write a header line (tokenizer, group size, temperature) and one line per response."""
-    header = {"tokenizer": tokenizer_fingerprint(tokenizer), "group_size": rollouts.group_size}
+    """Write a header line (tokenizer, num_generations, temperature) and one line per response."""
+    header = {"tokenizer": tokenizer_fingerprint(tokenizer), "num_generations": rollouts.num_generations}
     header["temperature"] = rollouts.temperature
     lines = [json.dumps(header)]
     for index in range(len(rollouts)):
@@ -85,7 +85,8 @@ def load_rollouts(path: str | Path, tokenizer) -> Rollouts:
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     try:
         header, rows = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
-        made_with, group_size = header["tokenizer"], int(header["group_size"])
+        # the files in docs/analysis/ name the group size group_size
+        made_with, num_generations = header["tokenizer"], int(header.get("num_generations", header.get("group_size")))
     except (IndexError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path}: not a lopti rollouts file ({error})") from None
     ours = tokenizer_fingerprint(tokenizer)
@@ -95,8 +96,8 @@ def load_rollouts(path: str | Path, tokenizer) -> Rollouts:
             f"{made_with.get('vocab_sha256')}) than this model's (vocab {ours['vocab_size']}, hash "
             f"{ours['vocab_sha256']}); roll out again with this model"
         )
-    if not rows or len(rows) % group_size:
-        raise ValueError(f"{path}: {len(rows)} responses do not fill groups of {group_size}")
+    if not rows or len(rows) % num_generations:
+        raise ValueError(f"{path}: {len(rows)} responses do not fill groups of {num_generations}")
     for number, row in enumerate(rows, start=2):
         ids = row.get("prompt_ids", []) + row.get("completion_ids", [])
         if not row.get("completion_ids") or any(not 0 <= i < ours["vocab_size"] for i in ids):
@@ -105,17 +106,17 @@ def load_rollouts(path: str | Path, tokenizer) -> Rollouts:
         [r["prompt_ids"] for r in rows],
         [r["completion_ids"] for r in rows],
         [float(r["reward"]) for r in rows],
-        group_size,
+        num_generations,
         float(header.get("temperature", 1.0)),
     )
 
 
 def split_groups(rollouts: Rollouts, groups_per_batch: int, batches: int, source: str) -> list[Rollouts]:
     """Return the first `batches` batches of `groups_per_batch` consecutive groups each; `source` names the file."""
-    size = groups_per_batch * rollouts.group_size
+    size = groups_per_batch * rollouts.num_generations
     if len(rollouts) < size * batches:
         raise ValueError(
-            f"{source} holds {len(rollouts) // rollouts.group_size} groups, but {batches} batches (warm-up ones "
+            f"{source} holds {len(rollouts) // rollouts.num_generations} groups, but {batches} batches (warm-up ones "
             f"included) of {groups_per_batch} prompts need {groups_per_batch * batches}"
         )
     return [
@@ -123,7 +124,7 @@ def split_groups(rollouts: Rollouts, groups_per_batch: int, batches: int, source
             rollouts.prompt_ids[k * size : (k + 1) * size],
             rollouts.completion_ids[k * size : (k + 1) * size],
             rollouts.rewards[k * size : (k + 1) * size],
-            rollouts.group_size,
+            rollouts.num_generations,
             rollouts.temperature,
         )
         for k in range(batches)

@@ -68,3 +68,19 @@ def test_help_shows_each_field_with_its_type_help_and_default(capsys):
         "--rate FLOAT A rate, 50% at most. (default: null)",
     ):
         assert line in printed
+
+
+def test_no_and_yes_are_text_for_text_fields_and_booleans_for_switches():
+    assert parsed(["--target", "no", "--fast", "yes"]) == Example("no", True, [1, 2], None)
+    assert parsed(["--target", "off", "--fast", "no"]) == Example("off", False, [1, 2], None)
+
+
+def test_save_strategy_no_is_the_strategy_on_the_command_line_and_in_a_recipe(tmp_path):
+    from lopti.commands.fields import parse_value
+    from lopti.commands.settings import resolve, split
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("save_strategy: no\nlogging_strategy: steps\n")
+    assert resolve(recipe, {})["save_strategy"] == "no"
+    settings = resolve(None, {"save_strategy": parse_value("no"), "output_dir": str(tmp_path / "run")})
+    assert split(settings)[1]["save_strategy"] == "no"

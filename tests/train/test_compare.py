@@ -9,7 +9,7 @@ import yaml
 from lopti.cli import main
 from lopti.commands import compare
 from lopti.commands import train_run as run_module
-from lopti.commands.compare import variant_settings
+from lopti.commands.study import variant_settings
 
 
 def hash_reward(completions, completion_ids, **kwargs):
@@ -116,7 +116,7 @@ def test_a_study_grows_by_variants_and_seeds_and_keeps_its_runs(tmp_path):
     assert [Path(s["output_dir"]).name for s in second] == ["stapo-s0", "stapo-s1", "grpo-s1"]
     stored = json.loads((out / "compare.json").read_text())
     assert (stored["variants"], stored["seeds"]) == (["grpo", "stapo"], [0, 1])
-    with pytest.raises(ValueError, match="other settings \\(base differ\\)"):
+    with pytest.raises(ValueError, match="other settings \\(base differs\\)"):
         compare.run_all(config, {"learning_rate": 0.02}, ["grpo"], [0], out, runner=second.append)
 
 
@@ -183,7 +183,7 @@ def test_small_study_end_to_end(recipe, tmp_path, capsys):
 
     # another study in the same folder is refused before anything is touched
     assert main([*argv[:-2], "--out", str(out), "--learning_rate", "0.5"]) == 2
-    assert "holds a comparison with other settings (base differ)" in capsys.readouterr().err
+    assert "holds a comparison with other settings (base differs)" in capsys.readouterr().err
 
 
 def test_small_study_of_loptis_controls(recipe, tmp_path):

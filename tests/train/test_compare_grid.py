@@ -7,6 +7,7 @@ import pytest
 
 from lopti.cli import main
 from lopti.commands import compare
+from lopti.commands import grid as grid_command
 from lopti.commands.compare_report import curve_panels, training_table, write_compare_report
 from lopti.commands.grid import parse_grid, write_grid_summary
 
@@ -60,7 +61,8 @@ def test_grid_layout_reuses_plain_comparisons_resumes_and_refuses(tmp_path, monk
         trained.append(settings["output_dir"])
         fake_training(settings)
 
-    monkeypatch.setattr(compare, "train_settings", record)
+    monkeypatch.setattr(compare, "train_settings", record)  # a plain comparison's runner
+    monkeypatch.setattr(grid_command, "train_settings", record)  # a grid's
     out = tmp_path / "sweep"
     common = ["compare", "--variants", "grpo,ar", "--seeds", "0,1", "--max_steps", "4"]
     # a point made by a plain comparison first
@@ -97,7 +99,8 @@ def test_grid_layout_reuses_plain_comparisons_resumes_and_refuses(tmp_path, monk
 
     # another grid in the same folder is refused, and so is a grid over a plain comparison
     assert main([*common, "--grid", "learning_rate=1e-4,1e-3", "--out", str(out)]) == 2
-    assert "holds a grid with other settings (grid differ)" in capsys.readouterr().err
+    refused = "holds a grid with other settings (grid: {'learning_rate': ['1e-4', '3e-4']} there"
+    assert refused in capsys.readouterr().err
     assert main([*grid[:-1], str(point)]) == 2
     assert "is not empty and holds no lopti grid" in capsys.readouterr().err
 

@@ -1,7 +1,7 @@
 """`lopti compare --jobs`: worker processes give the runs one process gives, and a failing run stops no other.
 
 The runners here are module-level functions: the spawned workers import them from this module, so its
-top-level imports stay light (lopti.commands.compare imports TRL, seconds per worker).
+top-level imports stay light (lopti.commands.study imports TRL, seconds per worker).
 """
 
 import json
@@ -19,13 +19,13 @@ def hash_reward(completions, completion_ids, **kwargs):
 
 def train_with_hash_reward(settings):
     """Train for real with a reward that varies on the tiny model's text (its K&K rewards would all be 0)."""
-    from lopti.commands import compare
+    from lopti.commands import study
     from lopti.commands import train_run as run_module
 
     task_rewards = run_module.task_rewards
     run_module.task_rewards = lambda run, weights, tokenizer=None: ([hash_reward], [1.0])
     try:
-        compare.train_settings(settings)
+        study.train_settings(settings)
     finally:
         run_module.task_rewards = task_rewards
 

@@ -18,7 +18,7 @@ from lopti.tasks.registry import get_task
 def config(tiny_model_dir):
     return EvalConfig(
         model=str(tiny_model_dir), task="kk", people="2-3", eval_puzzles=3, template="compact", samples=2,
-        temperature=1.0, max_new_tokens=8, batch_size=4,
+        temperature=1.0, eval_max_new_tokens=8, batch_size=4,
     )  # fmt: skip
 
 
@@ -77,24 +77,26 @@ def test_settings_from_a_run_config_then_the_command_line(tiny_model_dir, tmp_pa
     monkeypatch.setattr(eval_run, "eval_markdown", lambda result, config: "")
     model = ["--model", str(tiny_model_dir)]
     assert main(["eval", *model, "--config", str(path), "--out", str(tmp_path / "a")]) == 0
-    assert main(["eval", *model, "--config", str(path), "--eval_puzzles", "1", "--max_new_tokens", "9"]) == 0
+    assert main(["eval", *model, "--config", str(path), "--eval_puzzles", "1", "--eval_max_new_tokens", "9"]) == 0
     first, second = seen
     assert (first.model, first.people, first.eval_people, first.eval_puzzles) == (str(tiny_model_dir), "2-3", "3", 2)
-    assert (first.template, first.fixed_names, first.data_seed, first.max_new_tokens) == ("compact", True, 4, 6)
+    assert (first.template, first.fixed_names, first.data_seed, first.eval_max_new_tokens) == ("compact", True, 4, 6)
     assert (first.temperature, first.seed, first.samples) == (0.0, 0, 1)
-    assert (second.eval_puzzles, second.max_new_tokens, second.people) == (1, 9, "2-3")
+    assert (second.eval_puzzles, second.eval_max_new_tokens, second.people) == (1, 9, "2-3")
     run, _ = split({**run_config, "output_dir": str(tmp_path / "run")})
     assert held_out_rows(first) == get_task("kk").rows(run)[1]  # the set `lopti train` evaluated on
 
 
-def test_a_folder_written_before_eval_puzzles_replaced_n_is_continued(config, tmp_path):
+def test_a_folder_whose_settings_name_n_and_max_new_tokens_is_continued(config, tmp_path):
     result = run_eval(config, tmp_path / "ev", chunk=2)
     stored = json.loads((tmp_path / "ev" / "settings.json").read_text())
     stored["n"] = stored.pop("eval_puzzles")
+    stored["max_new_tokens"] = stored.pop("eval_max_new_tokens")
     del stored["eval_people"]
     (tmp_path / "ev" / "settings.json").write_text(json.dumps(stored))
     assert run_eval(config, tmp_path / "ev") == result
     assert json.loads((tmp_path / "ev" / "settings.json").read_text())["eval_puzzles"] == 3
+    assert json.loads((tmp_path / "ev" / "settings.json").read_text())["eval_max_new_tokens"] == 8
     stored["n"] = 4
     (tmp_path / "ev" / "settings.json").write_text(json.dumps(stored))
     with pytest.raises(ValueError, match=r"other settings \(eval_puzzles: 4 there, 3 now\)"):

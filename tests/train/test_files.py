@@ -1,6 +1,7 @@
 """One lopti process per folder: a second `lopti train` or `lopti eval` into a held folder stops with one
 line, and the lock dies with its holder, however it ends."""
 
+import json
 import os
 import signal
 import subprocess
@@ -45,7 +46,7 @@ def test_second_train_eval_or_compare_into_a_held_folder_stops_with_one_line(hol
         report_to=[])  # fmt: skip
     recipe.write_text(yaml.safe_dump(settings))
     assert main(["train", "--config", str(recipe), "--output_dir", str(folder)]) == 2
-    evaluate = ["eval", "--model", str(tiny_model_dir), "--people", "2", "--eval_puzzles", "1", "--max_new_tokens", "4"]
+    evaluate = ["eval", "--model", str(tiny_model_dir), "--people", "2", "--eval_puzzles", "1", "--eval_max_new_tokens", "4"]
     assert main([*evaluate, "--out", str(folder)]) == 2
     assert main(["compare", "--config", str(recipe), "--variants", "grpo", "--seeds", "0", "--out", str(folder)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
@@ -78,3 +79,33 @@ def test_write_atomic_replaces_whole_files_only(tmp_path):
     write_atomic(path, "old")
     write_atomic(path, "new")
     assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+
+
+def test_one_folder_guard_for_evaluations_comparisons_and_grids(tmp_path):
+    from lopti.commands.files import check_folder, claim_folder
+
+    out = tmp_path / "study"
+    identity = {"base": {"learning_rate": 1e-4}, "variants": ["grpo"], "seeds": [0]}
+    assert check_folder(out, "compare.json", identity, "a comparison") is None  # a new folder: nothing to match
+    claim_folder(out, "compare.json", identity, "a comparison", growable=("variants", "seeds"))
+    # a later command may add variants and seeds; the record becomes the union
+    claim_folder(out, "compare.json", identity | {"seeds": [1]}, "a comparison", growable=("variants", "seeds"))
+    assert json.loads((out / "compare.json").read_text())["seeds"] == [0, 1]
+    with pytest.raises(ValueError, match=r"holds a comparison with other settings \(base: .* there, .* now\)"):
+        check_folder(out, "compare.json", identity | {"base": {"learning_rate": 3e-4}}, "a comparison")
+    with pytest.raises(ValueError, match=r"\(seeds: \[0, 1\] there, \[0\] now\)"):  # not growable here
+        check_folder(out, "compare.json", identity, "a comparison")
+    # kept keys (results stored beside the identity) are not compared; normalise maps old keys first
+    (out / "compare.json").write_text(json.dumps({"old": 1, "results": {"x": 1}}))
+    assert check_folder(out, "compare.json", {"new": 1}, "a grid", kept=("results",), normalise=lambda d: {
+        "new": d.pop("old"), **d})["new"] == 1  # fmt: skip
+    (out / "compare.json").write_text("")
+    with pytest.raises(ValueError, match=r"compare\.json is empty or damaged"):
+        check_folder(out, "compare.json", identity, "a comparison")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=f"{other} is not empty and holds no lopti evaluation"):
+        claim_folder(other, "settings.json", {}, "an evaluation")
+    claim_folder(other, "settings.json", {}, "an evaluation", allowed={"notes.txt"})  # entries allowed to be there
+    assert json.loads((other / "settings.json").read_text()) == {}

@@ -43,7 +43,7 @@ def test_the_task_s_own_template_is_the_default():
 
 def test_data_math_cli_writes_loadable_identical_files(tmp_path, capsys):
     for name in ("a", "b"):
-        argv = ["data", "math", "--levels", "2-4", "--train", "6", "--test", "2", "--seed", "5"]
+        argv = ["data", "math", "--levels", "2-4", "--train_puzzles", "6", "--eval_puzzles", "2", "--data_seed", "5"]
         assert main([*argv, "--out", str(tmp_path / name)]) == 0
     for file in ("train.jsonl", "test.jsonl", "train.parquet"):
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes()

@@ -50,7 +50,7 @@ def test_dataset_dict_feeds_trl_rewards():
 
 
 def test_cli_writes_identical_files_for_identical_arguments(tmp_path):
-    args = ["data", "kk", "--people", "3-4", "--train", "30", "--test", "10", "--seed", "5"]
+    args = ["data", "kk", "--people", "3-4", "--train_puzzles", "30", "--eval_puzzles", "10", "--data_seed", "5"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     for name in ("train.jsonl", "test.jsonl", "train.parquet", "test.parquet"):
@@ -63,7 +63,7 @@ def test_cli_writes_identical_files_for_identical_arguments(tmp_path):
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert main(["data", "kk", "--people", "1-3", "--out", str(tmp_path)]) == 2
-    assert main(["data", "kk", "--people", "2", "--train", "900", "--out", str(tmp_path)]) == 2
+    assert main(["data", "kk", "--people", "2", "--train_puzzles", "900", "--out", str(tmp_path)]) == 2
     assert main(["data", "kk", "--template", "fancy", "--out", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3
@@ -77,3 +77,15 @@ def test_fixed_names_give_person_k_the_kth_name():
     for row in rows:
         assert row["names"] == ["Aaron", "Abigail", "Adam", "Alice"][: row["people"]]
         assert row["prompt"][0]["content"].count("\n(") == row["people"]
+
+
+def test_lopti_data_under_the_task_data_keys_writes_the_puzzles_lopti_train_generates(tmp_path):
+    from lopti.tasks.registry import TaskData, get_task
+
+    keys = {"people": "3-4", "train_puzzles": 5, "eval_puzzles": 2, "data_seed": 7}
+    words = [word for key, value in keys.items() for word in (f"--{key}", str(value))]
+    assert main(["data", "kk", *words, "--out", str(tmp_path)]) == 0
+    train, held_out = get_task("kk").rows(TaskData(**keys))
+    for split, rows in (("train", train), ("test", held_out)):
+        written = [json.loads(line) for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
+        assert [(r["id"], r["solution"]) for r in written] == [(r["id"], r["solution"]) for r in rows]

@@ -1,0 +1,174 @@
+"""A study of `lopti compare`: its runs (every variant × seed of one base recipe), the folder that holds them,
+and its results. `lopti compare` (`lopti.commands.compare`) runs one study; `--grid` (`lopti.commands.grid`)
+runs one per grid point.
+
+Variants change only the method; a variant is any method name of `lopti.core.methods`, or one of Lopti's
+controls (`grpo2`, `lopti_random`). All see the same number of generated batches (RL steps), as in the
+paper: Lopti and its controls make two update passes per batch, so their runs take twice the optimizer
+steps of the others. Seeds change the trainer seed (sampling); the data and the held-out set stay fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lopti.commands.checkpoints import last_complete_checkpoint
+from lopti.commands.files import claim_folder, write_atomic
+from lopti.commands.jobs import Job
+from lopti.commands.settings import split
+from lopti.core.constants import AR_ALPHA_KK  # AR's α when the base recipe has none
+from lopti.core.credit_presets import credit_problems
+from lopti.core.methods import MethodSpec, parse_method
+
+STUDY_FILE, THREADS_FILE = "compare.json", "threads.json"
+
+
+def _credit_constants(base: dict[str, Any], spec: MethodSpec) -> dict[str, dict[str, float]]:
+    """Return the recipe's constants of the variant's presets, overridden by the ones the variant's name sets."""
+    given = base.get("token_credit_kwargs") or {}
+    if isinstance(given, str):  # the JSON string form that LoptiGRPOConfig also takes
+        given = json.loads(given)
+    return {name: dict(given[name]) for name in spec.token_credit if name in given} | spec.token_credit_kwargs
+
+
+def variant_settings(base: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
+    """Return the settings of one run: the base recipe with the variant's method and the seed."""
+    try:
+        spec = parse_method(variant)
+    except ValueError as error:
+        raise ValueError(f"--variants: {error}") from None
+    passes = int(base.get("num_iterations", 1)) if base.get("lopti") else 1
+    batches, rhythm = int(base["max_steps"]) // passes, int(base.get("save_steps", 0)) // passes
+    alpha = float(base.get("ar_alpha") or AR_ALPHA_KK) if spec.ar else 0.0
+    settings = {
+        **base,
+        "ar_alpha": alpha,
+        "lopti": spec.lopti,
+        "num_iterations": 2 if spec.lopti else 1,
+        "max_steps": batches * (2 if spec.lopti else 1),
+        "seed": seed,
+        "evaluate": True,
+    }
+    if rhythm:
+        settings["save_steps"] = rhythm * (2 if spec.lopti else 1)
+    if spec.lopti_split != "probability" or "lopti_split" in base:  # the paper's variants keep their settings
+        settings["lopti_split"] = spec.lopti_split
+    # written only when a preset is involved, so the paper's four variants keep the settings they always had
+    if spec.token_credit or "token_credit" in base or "token_credit_kwargs" in base:
+        settings["token_credit"] = list(spec.token_credit)
+        settings["token_credit_kwargs"] = _credit_constants(base, spec)
+    return settings
+
+
+def check_variants(base: dict[str, Any], variants: list[str]) -> None:
+    """Raise a ValueError (one line) for a bad or repeated variant, before anything is written."""
+    repeated = sorted({v for v in variants if variants.count(v) > 1})
+    if repeated:
+        raise ValueError(f"--variants: {', '.join(repeated)} listed twice")
+    for variant in variants:
+        settings = variant_settings(base, variant, 0)
+        split(settings)  # the run's settings as a whole: types and bounds
+        problems = credit_problems(
+            settings.get("token_credit", []), settings.get("token_credit_kwargs", {}), settings["ar_alpha"]
+        )
+        if problems:
+            raise ValueError(f"--variants {variant}: " + "; ".join(problems))
+
+
+def run_name(variant: str, seed: int) -> str:
+    return f"{variant}-s{seed}"
+
+
+# A study may gain variants and seeds later: each run depends only on the base settings, its variant and
+# its seed, so the runs already there stay valid and the reports cover the union.
+GROWABLE = ("variants", "seeds")
+
+
+def study_identity(base: dict[str, Any], variants: list[str], seeds: list[int]) -> dict[str, Any]:
+    """Return what compare.json records: what a folder's runs are, so that another study is refused."""
+    return {"base": base, "variants": variants, "seeds": seeds}
+
+
+def claim_study(out: Path, base: dict[str, Any], variants: list[str], seeds: list[int]) -> None:
+    """Write compare.json in `out`, or check that the one there is of the same base settings (its variants and
+    seeds grow to include these)."""
+    claim_folder(out, STUDY_FILE, study_identity(base, variants, seeds), "a comparison", growable=GROWABLE)
+
+
+def train_settings(settings: dict[str, Any]) -> None:
+    """Train one run of a study from its settings (the runner of `run_jobs`)."""
+    from lopti.commands.train_run import train
+
+    run, trainer_kwargs = split(settings)
+    train(run, trainer_kwargs, settings)
+
+
+def plan_runs(
+    out: Path, base: dict[str, Any], variants: list[str], seeds: list[int], threads: int, prefix: str = ""
+) -> list[Job]:
+    """Return the runs of a claimed folder left to train (finished ones are skipped), each with its thread count.
+
+    A run keeps the thread count recorded in threads.json when it was first started, so a resumed run stays
+    on its floating-point path; the others get `threads`, recorded before they start.
+    """
+    from lopti.commands.train_run import run_outputs
+
+    threads_path = out / THREADS_FILE
+    recorded = json.loads(threads_path.read_text()) if threads_path.exists() else {}
+    jobs = []
+    for variant in variants:
+        for seed in seeds:
+            name = run_name(variant, seed)
+            run_dir = out / "runs" / name
+            if all((run_dir / output).is_file() for output in run_outputs(evaluate=True)):
+                print(f"{prefix}{name}: finished, skipped")
+                continue
+            settings = variant_settings(base, variant, seed) | {"output_dir": str(run_dir)}
+            settings["resume"] = last_complete_checkpoint(run_dir) is not None
+            recorded.setdefault(name, threads)
+            jobs.append(Job(f"{prefix}{name}", settings, recorded[name], run_dir / "train.log"))
+    if jobs:
+        write_atomic(threads_path, json.dumps(recorded, indent=1, sort_keys=True))
+    return jobs
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Return the mean and the sample standard deviation (0 for one value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def collect(out: Path) -> dict[str, Any]:
+    """Return every finished run's held-out results and the per-variant mean ± std; write results.json."""
+    identity = json.loads((out / STUDY_FILE).read_text())
+    threads_path = out / THREADS_FILE
+    threads = json.loads(threads_path.read_text()) if threads_path.exists() else {}
+    runs: dict[str, dict[str, Any]] = {}
+    for variant in identity["variants"]:
+        for seed in identity["seeds"]:
+            run_dir = out / "runs" / run_name(variant, seed)
+            if (run_dir / "eval_after.json").exists():
+                runs[run_name(variant, seed)] = {
+                    "variant": variant,
+                    "seed": seed,
+                    "threads": threads.get(run_name(variant, seed)),
+                    "before": json.loads((run_dir / "eval_before.json").read_text()),
+                    "after": json.loads((run_dir / "eval_after.json").read_text()),
+                }
+    summary: dict[str, dict[str, Any]] = {}
+    for variant in identity["variants"]:
+        finished = [r for r in runs.values() if r["variant"] == variant]
+        if not finished:
+            continue
+        groups = [*finished[0]["after"]["per_group"], "all"]
+        summary[variant] = {"seeds": len(finished)}
+        for group in groups:
+            after = [r["after"]["overall" if group == "all" else "per_group"] for r in finished]
+            after = [a if group == "all" else a[group] for a in after]
+            summary[variant][group] = mean_std([a["accuracy"] for a in after])
+        summary[variant]["before"] = mean_std([r["before"]["overall"]["accuracy"] for r in finished])
+    results = {"runs": runs, "summary": summary, "group": next(iter(runs.values()))["after"]["group"] if runs else None}
+    write_atomic(out / "results.json", json.dumps(results, indent=1))
+    return results
