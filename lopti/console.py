@@ -52,11 +52,10 @@ def rl_columns(task: Task, probability_buckets: list[float]) -> tuple[Column, ..
     The accuracy is the task's accuracy reward, which `lopti train` always logs (with weight 0 when it
     is not trained on); KL is only logged when beta > 0, and a column missing from a log is left out.
     """
-    accuracy = task.make_reward(task.accuracy_reward).__name__  # TRL logs a reward under its function name
     lowest = bucket_labels(probability_buckets)[0]
     return (
         Column("reward", "reward", ".3f"),
-        Column("accuracy", f"rewards/{accuracy}/mean", percent=True),
+        Column("accuracy", task.accuracy_metric(), percent=True),
         Column(f"grad π<{probability_buckets[1]:g}", f"probs/grad_share_{lowest}", percent=True),
         Column("kl", "kl", ".3g"),
     )

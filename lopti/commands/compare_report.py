@@ -1,4 +1,6 @@
-"""results.md and curves.png of a `lopti compare` folder: the paper-style table and learning curves.
+"""results.md and curves.png of a `lopti compare` folder: the paper-style table, what a powered ablation
+needs (95% intervals over seeds, paired differences from GRPO, batches to a training-accuracy threshold,
+collapses; the statistics in lopti.commands.compare_stats) and learning curves.
 
 curves.png has a row of training-reward panels and, when the runs logged update quality
 (`update_quality_every`, lopti.train.update_quality), a row per quality family (correct ratio and mean
@@ -8,16 +10,26 @@ Lopti's phase-1 numbers stay in each run's report.md: the other variants have no
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
+from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval
 from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.core.methods import parse_method
+from lopti.tasks.registry import TaskData, get_task
 
 BASE = "grpo"
 QUALITY_FAMILIES = ("correct_pos", "correct_neg", "dlogp_pos", "dlogp_neg")
+# a run has collapsed when RL left it below its warm start, or when it stopped answering in the format
+COLLAPSE_FORMAT_ERROR = 0.05
+# training accuracy (batch mean of the task's accuracy reward) whose first reaching is counted, and over how
+# many generated batches its moving mean is taken
+TRAIN_ACCURACY_THRESHOLD = 0.5
+THRESHOLD_WINDOW = 3
 
 
 def results_table(results: dict[str, Any]) -> str:
@@ -83,7 +95,108 @@ def _span(curve: dict[int, float], span: str, window: int) -> list[int]:
 
 
 def _curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
-    return {int(m["step"] // passes): m[key] for m in read_metrics(run_dir / "metrics.jsonl") if key in m}
+    """Return generated batch → the metric's last value logged in it: optimizer step s of a run making
+    `passes` update passes per batch belongs to batch ⌈s / passes⌉."""
+    lines = read_metrics(run_dir / "metrics.jsonl")
+    return {math.ceil(int(m["step"]) / passes): m[key] for m in lines if key in m}
+
+
+def collapsed(run: dict[str, Any]) -> bool:
+    """Return whether a run of results.json collapsed: held-out accuracy below its warm start's, or format
+    errors above COLLAPSE_FORMAT_ERROR."""
+    after, before = run["after"]["overall"], run["before"]["overall"]
+    return after["accuracy"] < before["accuracy"] or after.get("format_error", 0.0) > COLLAPSE_FORMAT_ERROR
+
+
+def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Return run name → its sampled held-out evaluation after RL (avg@k), for the runs that made one."""
+    from lopti.commands.train_run import sampled_path  # here: train_run loads the trainer
+
+    paths = {name: sampled_path(out / "runs" / name / "eval_after.json") for name in results["runs"]}
+    return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
+
+
+def _accuracies(results: dict[str, Any], variant: str, sampled: dict[str, dict] | None = None) -> dict[int, float]:
+    """Return seed → held-out accuracy after RL (all groups) of the variant's runs: greedy, or from `sampled`."""
+    runs = {name: run for name, run in results["runs"].items() if run["variant"] == variant}
+    if sampled is None:
+        return {run["seed"]: run["after"]["overall"]["accuracy"] for run in runs.values()}
+    return {run["seed"]: sampled[name]["overall"]["accuracy"] for name, run in runs.items() if name in sampled}
+
+
+def _interval_cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    mean, half = t_interval([100 * v for v in values])
+    return f"{mean:.1f} (1 seed)" if half is None else f"{mean:.1f} [{mean - half:.1f}, {mean + half:.1f}]"
+
+
+def threshold_batches(
+    out: Path, results: dict[str, Any], variant: str, metric: str, threshold: float
+) -> list[int | None]:
+    """Return per run of the variant that logged `metric` the first generated batch at which its moving mean
+    over THRESHOLD_WINDOW batches reaches `threshold` (None: never)."""
+    passes = 2 if parse_method(variant).lopti else 1
+    names = [name for name, run in results["runs"].items() if run["variant"] == variant]
+    curves = [_curve(out / "runs" / name, metric, passes) for name in names]
+    return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves if curve]
+
+
+def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict], metric: str, threshold: float) -> str:
+    """Return per variant: held-out accuracy after RL (all groups) in %, mean [95% t-interval] over seeds,
+    greedy and sampled (when evaluated); the mean batch at which training accuracy reached `threshold` with
+    how many runs never did; and how many runs collapsed."""
+    sampling_head = f" {_sampled_title(sampled)} |" if sampled else ""
+    head = f"| variant | seeds | greedy |{sampling_head} batches to training accuracy ≥ {threshold:g} | collapsed |"
+    lines = [head, "|---" * (6 if sampled else 5) + "|"]
+    for variant in results["summary"]:
+        runs = [run for run in results["runs"].values() if run["variant"] == variant]
+        greedy = _interval_cell(list(_accuracies(results, variant).values()))
+        sampling = f" {_interval_cell(list(_accuracies(results, variant, sampled).values()))} |" if sampled else ""
+        batches = threshold_batches(out, results, variant, metric, threshold)
+        reached = [b for b in batches if b is not None]
+        steps = f"{statistics.fmean(reached):.1f}" if reached else "never"
+        steps = f"{steps} ({len(batches) - len(reached)}/{len(batches)} never)" if batches else "–"
+        fallen = sum(collapsed(run) for run in runs)
+        lines.append(f"| {variant} | {len(runs)} | {greedy} |{sampling} {steps} | {fallen}/{len(runs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _sampled_title(sampled: dict[str, dict]) -> str:
+    first = next(iter(sampled.values()))
+    return f"sampled avg@{first['samples']} (T={first['temperature']:g})"
+
+
+def _difference_cells(variant: dict[int, float], base: dict[int, float]) -> tuple[str, str]:
+    paired = paired_difference(variant, base)
+    if paired is None:
+        return "– (no common seed)", "–"
+    mean, half = 100 * paired.mean, paired.half_width
+    if half is None:
+        cell = f"{mean:+.1f} (1 seed)"
+    else:
+        cell = f"{mean:+.1f} [{mean - 100 * half:+.1f}, {mean + 100 * half:+.1f}]"
+        cell += " *" if paired.excludes_zero() else ""
+    return cell, f"{paired.above} / {paired.below} / {paired.equal}"
+
+
+def paired_table(results: dict[str, Any], sampled: dict[str, dict]) -> str:
+    """Return per variant its held-out accuracy minus GRPO's, seed by seed on the seeds both finished, in
+    points: mean [95% t-interval], * where the interval excludes 0, and the seeds above / below / equal;
+    for greedy and, when evaluated, sampled accuracy. A study without GRPO gets one line saying so."""
+    if BASE not in results["summary"]:
+        return f"No `{BASE}` variant in this study, so no paired differences from GRPO.\n"
+    decodings = {"greedy": None, **({_sampled_title(sampled): sampled} if sampled else {})}
+    head = "| variant | seeds paired | " + " | ".join(f"{d} − GRPO | above / below / equal" for d in decodings)
+    lines = [head + " |", "|---" * (2 + 2 * len(decodings)) + "|"]
+    for variant in results["summary"]:
+        if variant == BASE:
+            continue
+        cells, seeds = [], len(set(_accuracies(results, variant)) & set(_accuracies(results, BASE)))
+        for source in decodings.values():
+            cells += _difference_cells(_accuracies(results, variant, source), _accuracies(results, BASE, source))
+        lines.append(f"| {variant} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def curve_panels(metric_names: set[str]) -> list[dict[str, str]]:
@@ -161,6 +274,8 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
     metric_names = {key for log in logs for line in log for key in line}
     rows = curve_panels(metric_names)
     curves = plot_compare_curves(out, results, rows) if rows else None
+    sampled = sampled_evaluations(out, results)
+    metric = get_task(base.get("task") or TaskData().task).accuracy_metric()
     parts = [
         "# Comparison",
         "",
@@ -177,6 +292,22 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
     ]
     if results["runs"]:
         parts += [
+            "Held-out accuracy after RL (all groups) in %, mean [95% interval] over seeds; training accuracy; "
+            "collapses:",
+            "",
+            ablation_table(out, results, sampled, metric, TRAIN_ACCURACY_THRESHOLD),
+            "- Interval: mean ± t(0.975, n − 1) · s / √n over the n seeds (Student t, s the sample standard "
+            "deviation); (1 seed): no interval from one seed.",
+            f"- Batches to training accuracy ≥ {TRAIN_ACCURACY_THRESHOLD:g}: the first generated batch (not "
+            f"optimizer step: Lopti and its controls make two per batch) at which the mean of `{metric}` over "
+            f"it and the {THRESHOLD_WINDOW - 1} logged batches before it reaches {TRAIN_ACCURACY_THRESHOLD:g}; "
+            "mean over the runs that reached it, the others counted as never.",
+            "- Collapsed: the run's greedy held-out accuracy after RL is below its warm start's, or more than "
+            f"{COLLAPSE_FORMAT_ERROR:.0%} of its greedy held-out answers are malformed.",
+            "",
+            "Paired difference from GRPO (same seed, same held-out set), in points; * the 95% interval excludes 0:",
+            "",
+            paired_table(results, sampled),
             "Training (rollouts sampled at the recipe's temperature): reward of the first and last generated "
             "batches, and the update quality averaged over the run when it was logged (`update_quality_every`: "
             "share of the batch's tokens whose π moved the way their advantage asks, after the update):",

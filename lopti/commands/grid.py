@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.compare_report import write_compare_report
+from lopti.commands.compare_report import COLLAPSE_FORMAT_ERROR, collapsed, write_compare_report
 from lopti.commands.fields import check_keys, parse_value
 from lopti.commands.files import claim_folder, folder_lock, write_atomic
 from lopti.commands.jobs import run_jobs, threads_per_run
@@ -29,8 +29,6 @@ GRID_FILE = "grid.json"
 VARIANT_KEYS = frozenset(
     {"lopti", "num_iterations", "token_credit", "token_credit_kwargs", "seed", "evaluate", "output_dir", "resume"}
 )
-# a run has collapsed when RL left it below its warm start, or when it stopped answering in the format
-COLLAPSE_FORMAT_ERROR = 0.05
 
 
 def parse_grid(text: str, overrides: dict[str, Any]) -> dict[str, list[str]]:
@@ -111,13 +109,6 @@ def run_grid(
         for values, folder, point_base in points:
             write_compare_report(folder, collect(folder), point_command(argv, values, folder), point_base)
         return write_grid_summary(out, "lopti compare " + shlex.join(argv))
-
-
-def collapsed(run: dict[str, Any]) -> bool:
-    """Return whether a run of results.json collapsed: held-out accuracy below its warm start's, or format
-    errors above COLLAPSE_FORMAT_ERROR."""
-    after, before = run["after"]["overall"], run["before"]["overall"]
-    return after["accuracy"] < before["accuracy"] or after.get("format_error", 0.0) > COLLAPSE_FORMAT_ERROR
 
 
 def grid_results(out: Path, identity: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,11 @@ class Task:
     make_reward: Callable[..., Callable[..., list[float]]]
     judge: Callable[[str, dict], tuple[bool, bool]]
 
+    def accuracy_metric(self) -> str:
+        """Return the metrics.jsonl key of the accuracy reward's batch mean (TRL logs a reward under its
+        function's name)."""
+        return f"rewards/{self.make_reward(self.accuracy_reward).__name__}/mean"
+
 
 def _kk_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
     template = run.prompt_template()

@@ -157,7 +157,7 @@ def test_curves_gain_update_quality_panels_only_when_logged(tmp_path):
     lines = [{"step": 2 * s, "rewards/logic_rl/mean": s / 4, "quality/correct_pos_all": 0.5 + s / 10} for s in range(4)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     results = {
-        "runs": {"lopti-s0": {"variant": "lopti"}},
+        "runs": {"lopti-s0": {"variant": "lopti", "seed": 0, "before": evaluation(0.1), "after": evaluation(0.3)}},
         "summary": {"lopti": {"seeds": 1, "all": [0.3, 0], "before": [0.1, 0]}},
         "group": "people",
     }
