@@ -2,8 +2,8 @@
 
 The rule (also in docs/results.md, "The default testbed"): each candidate learning rate runs the default
 `lopti train` (the shipped warm start, GRPO + AR + Lopti, 30 generated batches) for seeds 0 and 1, with its
-held-out set replaced by VALIDATION: 450 three-person puzzles of training forms that are in neither the warm
-start's SFT data nor the RL prompts. Greedy validation accuracy is measured before and after. A candidate
+held-out set replaced by a validation split: 450 three-person puzzles of training forms that are in neither
+of the warm start's SFT stages nor the RL prompts. Greedy validation accuracy is measured before and after. A candidate
 passes if its smaller gain of the two seeds is ≥ 10 points and no run's training reward over its last 5
 batches is below its first 5 (no collapse). Among passing candidates the largest mean gain wins; within 1
 point, the smaller learning rate. The held-out set is used only for the chosen one (the robustness runs).
@@ -25,7 +25,7 @@ from datasets import Dataset
 from lopti.cli import main as lopti
 from lopti.commands import train_run
 from lopti.commands.files import write_atomic
-from lopti.models.warmstart import WarmStartConfig
+from lopti.models.warmstart import WarmStartConfig, stage_records
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.logic import canonical_key
 from lopti.tasks.kk.prompts import trainer_prompt
@@ -40,14 +40,9 @@ RECIPE = dict(people="3", template="terse", train_puzzles=2000, data_seed=0)  # 
 def validation_rows() -> list[dict]:
     """Return 450 training-form puzzles that neither the warm start nor the RL prompts contain."""
     warm = WarmStartConfig()
-    seen = {
-        canonical_key(r["statements"])
-        for records in (
-            kk_records(warm.people, train=warm.puzzles_per_size, test=0, seed=warm.seed, template="terse"),
-            kk_records(RECIPE["people"], train=RECIPE["train_puzzles"], test=0, seed=RECIPE["data_seed"]),
-        )
-        for r in records["train"]
-    }
+    sft = [*stage_records(warm, "reason"), *stage_records(warm, "answer")]
+    rl = kk_records(RECIPE["people"], train=RECIPE["train_puzzles"], test=0, seed=RECIPE["data_seed"])["train"]
+    seen = {canonical_key(r["statements"]) for r in [*sft, *rl]}
     drawn = kk_records("3", train=20 * VALIDATION_PUZZLES, test=0, seed=VALIDATION_SEED, template="terse",
                        fixed_names=True)["train"]  # fmt: skip
     fresh = [r for r in drawn if canonical_key(r["statements"]) not in seen][:VALIDATION_PUZZLES]

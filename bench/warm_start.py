@@ -1,4 +1,4 @@
-"""Build the shipped warm start of the embedded `tiny` model: tiny-base, then the SFT stage of
+"""Build the shipped warm start of the embedded `tiny` model: tiny-base, then the two SFT stages of
 lopti/models/warmstart.py with its default `WarmStartConfig`, written to lopti/models/shipped/tiny/.
 
 `lopti train` loads that folder instead of training the warm start on first use, so a first run spends its
@@ -6,7 +6,7 @@ few minutes on RL. This script is how the folder was made; rerun it after changi
 tokenizer or the model's shape. It records the settings, the wall time and the machine in warm_start.json
 beside the weights. Runs differ in the last bits between CPUs (bf16 kernels, thread counts).
 
-Run (about 35 minutes on 2 cores with AVX-512 BF16):
+Run (1,534 s on 2 cores of an AMD EPYC with AVX-512 BF16):
   OMP_NUM_THREADS=2 python bench/warm_start.py
   OMP_NUM_THREADS=2 python bench/warm_start.py --out /tmp/candidate   # build elsewhere, leave the shipped one
 """

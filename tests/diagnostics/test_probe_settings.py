@@ -4,6 +4,7 @@ dual clip off by default (it cannot bind in one update), and saved rollouts unde
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,11 +77,12 @@ def test_method_settings_come_from_a_run_config_under_the_trainers_keys(tmp_path
 def test_dual_clip_does_not_bind_in_the_probe_so_its_default_is_off(rollouts_file, tmp_path, monkeypatch):
     # Each update starts at ratio 1 and Lopti's second step moves only tokens of π_old ≥ lopti_eta, whose ratio
     # stays ≤ 1 / lopti_eta: the paper's c = 10 and no dual clip give the same numbers, even for large steps. The
-    # untrained tiny model gives every token π < 0.01, so a small η leaves Lopti's second step tokens to move.
+    # untrained tiny model gives its tokens π near 1 / vocabulary, so η at that level splits them in two.
     config, path = rollouts_file
+    vocabulary = json.loads((Path(config.model) / "config.json").read_text())["vocab_size"]
     config = replace(
         config, rollouts=str(path), prompts=1, batches=2, optimizers="sgd,adamw,adamw_warm", warmup_updates=1,
-        methods="grpo,ar,lopti,ar+lopti", lr=1.0, adam_lr=0.05, lopti_eta=0.002,
+        methods="grpo,ar,lopti,ar+lopti", lr=1.0, adam_lr=0.05, lopti_eta=1.0 / vocabulary,
     )  # fmt: skip
     assert ProbeConfig().dual_clip is None
     ratios = []

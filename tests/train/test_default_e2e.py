@@ -35,7 +35,7 @@ def test_shortened_default_loads_the_shipped_warm_start_trains_and_reports(tmp_p
 @pytest.mark.slow
 def test_another_warm_start_is_built_from_an_empty_cache_once(tmp_path, monkeypatch):
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=300, epochs=1.0))
+    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=200, copies=1, answer_puzzles=100))
     argv = ["train", "--max_steps", "2", "--train_puzzles", "32", "--evaluate", "false", "--report_to", "[]"]
     assert main([*argv, "--output_dir", str(tmp_path / "run")]) == 0
     cache = {p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")}

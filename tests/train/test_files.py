@@ -46,7 +46,8 @@ def test_second_train_eval_or_compare_into_a_held_folder_stops_with_one_line(hol
         report_to=[])  # fmt: skip
     recipe.write_text(yaml.safe_dump(settings))
     assert main(["train", "--config", str(recipe), "--output_dir", str(folder)]) == 2
-    evaluate = ["eval", "--model", str(tiny_model_dir), "--people", "2", "--eval_puzzles", "1", "--eval_max_new_tokens", "4"]
+    evaluate = ["eval", "--model", str(tiny_model_dir), "--people", "2", "--eval_puzzles", "1"]
+    evaluate += ["--eval_max_new_tokens", "4"]
     assert main([*evaluate, "--out", str(folder)]) == 2
     assert main(["compare", "--config", str(recipe), "--variants", "grpo", "--seeds", "0", "--out", str(folder)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()

@@ -1,22 +1,16 @@
-"""The warm start's SFT data: every answer is the solution; a share of completions reason first."""
+"""The warm start's SFT data: every answer is the solution; stage 1 always reasons first, stage 2 on a share."""
 
 import pytest
 
-from lopti.models.warmstart import WarmStartConfig, sft_dataset
-from lopti.tasks.kk.data import kk_records
+from lopti.models.warmstart import WarmStartConfig, sft_dataset, stage_records
+from lopti.tasks.kk.logic import canonical_key
 from lopti.tasks.kk.rewards import accuracy, logic_rl_score
 
 
-def _answers(completion: str) -> str:
-    return completion.split("<answer>\n", 1)[1].split("\n</answer>", 1)[0]
-
-
-def test_every_completion_answers_with_the_solution_and_the_trace_share_reasons_first():
-    config = WarmStartConfig(puzzles_per_size=600, trace_share=0.4)
-    records = kk_records(config.people, train=600, test=0, seed=config.seed, template="terse", fixed_names=True)
-    by_prompt = {r["prompt"][-1]["content"]: r for r in records["train"]}
-    rows = sft_dataset(config)
-    assert len(rows) == len(by_prompt) == 600
+def check_answers(rows, records) -> int:
+    """Assert every completion ends with its puzzle's solution and earns the paper's full reward; return how many
+    reason first (their last try is the solution)."""
+    by_prompt = {r["prompt"][-1]["content"]: r for r in records}
     traced = 0
     for row in rows:
         record = by_prompt[row["prompt"]]
@@ -24,22 +18,43 @@ def test_every_completion_answers_with_the_solution_and_the_trace_share_reasons_
         assert answer == f"\n<answer>\n{record['solution_text']}\n</answer>"
         if worked:
             traced += 1
-            last_try = [line for line in worked.splitlines() if line and line.split(" ")[0].isalpha()][-4:]
-            assert last_try[0].split(" ")[1] == "".join("K" if k else "N" for k in record["solution"])
+            last_try = [line for line in worked.splitlines() if line][-len(record["solution"]) - 1]
+            assert last_try.split(" ")[1] == "".join("K" if k else "N" for k in record["solution"])
         text = "<think>" + row["completion"]  # the prompt pre-fills "<think>"
         assert accuracy(text, record["names"], record["solution"]) == 1.0
-        assert logic_rl_score(text, record["names"], record["solution"]) == 3.0  # the paper's full reward
-    assert 0.33 < traced / len(rows) < 0.47  # 600 draws of 0.4: within ~3.5 standard deviations
-    assert sft_dataset(config)["completion"] == rows["completion"]  # deterministic
+        assert logic_rl_score(text, record["names"], record["solution"]) == 3.0
+    return traced
 
 
-@pytest.mark.parametrize("share", [0.0, 1.0])
-def test_the_trace_share_at_its_ends_gives_one_kind_of_completion(share):
-    rows = sft_dataset(WarmStartConfig(puzzles_per_size=30, trace_share=share))
-    assert {row["completion"].startswith("</think>") for row in rows} == {share == 0.0}
+def test_stage_one_reasons_on_every_copy_each_with_its_own_trace():
+    config = WarmStartConfig(puzzles_per_size=100, copies=2)
+    rows = sft_dataset(config, "reason")
+    assert len(rows) == 200
+    assert check_answers(rows, stage_records(config, "reason")) == 200
+    by_prompt: dict[str, set[str]] = {}
+    for row in rows:
+        by_prompt.setdefault(row["prompt"], set()).add(row["completion"])
+    assert len(by_prompt) == 100 and sum(len(c) == 2 for c in by_prompt.values()) > 80  # the copies differ
 
 
-@pytest.mark.parametrize("share", [-0.1, 1.5])
-def test_a_trace_share_outside_zero_one_is_refused(share):
-    with pytest.raises(ValueError, match="warm start trace_share must be in"):
-        sft_dataset(WarmStartConfig(puzzles_per_size=5, trace_share=share))
+def test_stage_two_answers_at_once_except_on_the_trace_share_and_uses_other_puzzles():
+    config = WarmStartConfig(puzzles_per_size=300, answer_puzzles=600, trace_share=0.3)
+    rows = sft_dataset(config, "answer")
+    assert len(rows) == 600
+    traced = check_answers(rows, stage_records(config, "answer"))
+    assert 0.24 < traced / len(rows) < 0.36  # 600 draws of 0.3: within ~3 standard deviations
+    assert sft_dataset(config, "answer")["completion"] == rows["completion"]  # deterministic
+    first = {canonical_key(r["statements"]) for r in stage_records(config, "reason")}
+    second = {canonical_key(r["statements"]) for r in stage_records(config, "answer")}
+    assert len(first & second) < 0.2 * len(second)  # another draw of puzzles (training forms overlap by chance)
+
+
+@pytest.mark.parametrize(
+    "setting, stage, message",
+    [(dict(trace_share=-0.1), "answer", "trace_share must be in"), (dict(trace_share=1.5), "answer",
+     "trace_share must be in"), (dict(copies=0), "reason", "copies must be a whole number"),
+     ({}, "later", "stage must be one of reason, answer")],
+)  # fmt: skip
+def test_a_bad_warm_start_setting_is_refused_in_one_line(setting, stage, message):
+    with pytest.raises(ValueError, match=f"warm start {message}"):
+        sft_dataset(WarmStartConfig(puzzles_per_size=5, answer_puzzles=5, **setting), stage)
