@@ -9,6 +9,8 @@ beside the weights. Runs differ in the last bits between CPUs (bf16 kernels, thr
 Run (1,534 s on 2 cores of an AMD EPYC with AVX-512 BF16):
   OMP_NUM_THREADS=2 python bench/warm_start.py
   OMP_NUM_THREADS=2 python bench/warm_start.py --out /tmp/candidate   # build elsewhere, leave the shipped one
+  OMP_NUM_THREADS=2 python bench/warm_start.py --stage-one results/stage-one   # keep stage 1; a rerun trains stage 2
+Only a stage 1 made with the same `WarmStartConfig` stage-1 settings may be reused (the script does not check).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=SHIPPED_TINY, help="where to write the model folder")
+    parser.add_argument(
+        "--stage-one", type=Path, help="keep the model after stage 1 here; if it is there already, train stage 2 only"
+    )
     args = parser.parse_args()
     config = WarmStartConfig()
     started = time.time()
@@ -45,7 +50,7 @@ def main() -> None:
         base, built = Path(work) / "tiny-base", Path(work) / "tiny"
         base.mkdir()
         build_tiny_base(base)
-        warm_start(base, built, config)
+        warm_start(base, built, config, args.stage_one)
         shutil.rmtree(built / "sft-work", ignore_errors=True)
         (built / "training_args.bin").unlink(missing_ok=True)  # the Trainer's pickled settings: not needed to load
         record = {

@@ -99,17 +99,26 @@ def cpu_has_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None = None) -> Path:
-    """Fine-tune the model at `base` in the two stages and save it (with its tokenizer) to `out`."""
+def warm_start(
+    base: str | Path, out: str | Path, config: WarmStartConfig | None = None, stage_one: str | Path | None = None
+) -> Path:
+    """Fine-tune the model at `base` in the two stages and save it (with its tokenizer) to `out`.
+
+    With `stage_one`, the model after stage 1 (most of the cost) is kept there, or, when that folder already
+    holds it, taken from there and only stage 2 is trained: stage 2 can be tuned at a tenth of the cost.
+    """
     config = config or WarmStartConfig()
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     from lopti.console import SFT_COLUMNS, use_lopti_console
 
+    reuse = stage_one is not None and (Path(stage_one) / "config.json").is_file()
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(stage_one if reuse else base)
     for stage, learning_rate in zip(STAGES, (config.learning_rate, config.answer_learning_rate), strict=True):
+        if stage == "reason" and reuse:
+            continue
         args = SFTConfig(
             output_dir=str(Path(out) / "sft-work"),
             num_train_epochs=1.0,
@@ -135,6 +144,8 @@ def warm_start(base: str | Path, out: str | Path, config: WarmStartConfig | None
         use_lopti_console(trainer, f"warm start (SFT, {stage})", SFT_COLUMNS)
         trainer.train()
         model = trainer.model
+        if stage == "reason" and stage_one is not None:
+            trainer.save_model(str(stage_one))
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
     from accelerate.state import AcceleratorState

@@ -58,3 +58,18 @@ def test_stage_two_answers_at_once_except_on_the_trace_share_and_uses_other_puzz
 def test_a_bad_warm_start_setting_is_refused_in_one_line(setting, stage, message):
     with pytest.raises(ValueError, match=f"warm start {message}"):
         sft_dataset(WarmStartConfig(puzzles_per_size=5, answer_puzzles=5, **setting), stage)
+
+
+def test_stage_one_is_kept_and_a_second_build_trains_only_stage_two(tmp_path, tiny_model_dir, monkeypatch):
+    from lopti.models import warmstart
+
+    config = WarmStartConfig(puzzles_per_size=8, copies=1, answer_puzzles=8, batch_size=8, bf16=False)
+    stages = []
+    real = warmstart.sft_dataset
+    monkeypatch.setattr(warmstart, "sft_dataset", lambda c, stage: stages.append(stage) or real(c, stage))
+    warmstart.warm_start(tiny_model_dir, tmp_path / "first", config, stage_one=tmp_path / "stage-one")
+    assert stages == ["reason", "answer"] and (tmp_path / "stage-one" / "model.safetensors").is_file()
+    warmstart.warm_start(tiny_model_dir, tmp_path / "second", config, stage_one=tmp_path / "stage-one")
+    assert stages == ["reason", "answer", "answer"]  # stage 1 came from the kept folder
+    first, second = ((tmp_path / name / "model.safetensors").read_bytes() for name in ("first", "second"))
+    assert first == second  # stage 2 from the kept stage 1 gives the same model
