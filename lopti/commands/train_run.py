@@ -207,7 +207,7 @@ def held_out_eval(
     return result
 
 
-def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig, model_path: str) -> str | None:
+def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
     """Return the cache key of the evaluation before training, when the model is a folder with a manifest."""
     if run.lora_r > 0:
         return None
@@ -215,7 +215,7 @@ def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig, model_path: str) -
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path,
     }  # fmt: skip
-    return evaluation_key(model_path, list(trainer.lopti_eval_rows), settings)
+    return evaluation_key(trainer.lopti_model_path, list(trainer.lopti_eval_rows), settings)
 
 
 def sampled_path(out: Path) -> Path:
@@ -296,9 +296,8 @@ def _train_locked(
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(settings, sort_keys=True))
     if run.evaluate:
         path = run_dir / "eval_before.json"
-        key = start_eval_key(trainer, run, trainer.lopti_model_path)
         before = (
-            held_out_eval(trainer, run, path, seconds, "eval before", key)
+            held_out_eval(trainer, run, path, seconds, "eval before", start_eval_key(trainer, run))
             if path.name in todo
             else saved_eval(path, run)
         )

@@ -18,18 +18,13 @@ from __future__ import annotations
 
 import random
 
-from lopti.tasks.kk.logic import ATOMS, Statement
+from lopti.tasks.kk.logic import ATOMS, Statement, evaluate
 
 PEOPLE_LETTERS = "abcdefghijkl"
 OPERATORS = {"and": "&", "or": "|", "->": ">", "<=>": "~"}
 TRY_WORDS = ("try", "test", "take", "check", "pick")
 AGREE_WORDS = ("ok", "fine", "holds", "fits", "good")
 DISAGREE_WORDS = ("bad", "fails", "breaks", "clash", "wrong")
-
-
-def _atom_value(atom: Statement, assignment: tuple[bool, ...]) -> bool:
-    knight = assignment[atom[1]]
-    return knight if atom[0] == "telling-truth" else not knight
 
 
 def _atom_text(atom: Statement) -> str:
@@ -40,17 +35,6 @@ def _truth(value: bool) -> str:
     return "T" if value else "F"
 
 
-def statement_value(statement: Statement, assignment: tuple[bool, ...]) -> bool:
-    """Return the truth of a depth ≤ 2 statement (an atom, a negated atom, or an operator on two atoms)."""
-    kind = statement[0]
-    if kind in ATOMS:
-        return _atom_value(statement, assignment)
-    if kind == "not":
-        return not _atom_value(statement[1], assignment)
-    left, right = (_atom_value(operand, assignment) for operand in statement[1:])
-    return {"and": left and right, "or": left or right, "->": (not left) or right, "<=>": left == right}[kind]
-
-
 def check_text(statement: Statement, assignment: tuple[bool, ...]) -> str:
     """Return the statement in trace notation followed by its atoms' values, e.g. "cN&bN T&F"."""
     kind = statement[0]
@@ -58,10 +42,10 @@ def check_text(statement: Statement, assignment: tuple[bool, ...]) -> str:
         return _atom_text(statement)
     if kind == "not":
         atom = statement[1]
-        return f"!{_atom_text(atom)} !{_truth(_atom_value(atom, assignment))}"
+        return f"!{_atom_text(atom)} !{_truth(evaluate(atom, assignment))}"
     symbol = OPERATORS[kind]
     left, right = statement[1:]
-    values = symbol.join(_truth(_atom_value(operand, assignment)) for operand in (left, right))
+    values = symbol.join(_truth(evaluate(operand, assignment)) for operand in (left, right))
     return f"{_atom_text(left)}{symbol}{_atom_text(right)} {values}"
 
 
@@ -97,7 +81,7 @@ def render_trace(statements: list[Statement], solution: list[bool], rng: random.
         lines.append(f"{rng.choice(TRY_WORDS)} {roles}")
         agrees = True
         for speaker, statement in enumerate(statements):
-            value = statement_value(statement, assignment)
+            value = evaluate(statement, assignment)
             agrees = value == assignment[speaker]
             verdict = rng.choice(AGREE_WORDS if agrees else DISAGREE_WORDS)
             shown = check_text(statement, assignment)
