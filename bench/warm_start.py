@@ -45,6 +45,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     config = WarmStartConfig()
+    reused = args.stage_one is not None and (args.stage_one / "config.json").is_file()
     started = time.time()
     with tempfile.TemporaryDirectory() as work:
         base, built = Path(work) / "tiny-base", Path(work) / "tiny"
@@ -56,6 +57,7 @@ def main() -> None:
         record = {
             "warm_start": asdict(config),
             "seconds": round(time.time() - started),
+            "stage_one_reused": reused,  # then "seconds" is stage 2's alone
             "machine": machine(),
             "torch": torch.__version__,
             "command": "python bench/warm_start.py",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lopti.models.warmstart import WarmStartConfig, sft_dataset, stage_records
+from lopti.models.warmstart import WarmStartConfig, sft_arguments, sft_dataset, stage_records
 from lopti.tasks.kk.logic import canonical_key
 from lopti.tasks.kk.rewards import accuracy, logic_rl_score
 
@@ -47,6 +47,14 @@ def test_stage_two_answers_at_once_except_on_the_trace_share_and_uses_other_puzz
     first = {canonical_key(r["statements"]) for r in stage_records(config, "reason")}
     second = {canonical_key(r["statements"]) for r in stage_records(config, "answer")}
     assert len(first & second) < 0.2 * len(second)  # another draw of puzzles (training forms overlap by chance)
+
+
+def test_stage_two_is_drawn_in_random_order_so_its_batches_mix_traces_and_immediate_answers(tmp_path):
+    config = WarmStartConfig(bf16=False)
+    stage_one, stage_two = (sft_arguments(config, stage, 1e-3, tmp_path) for stage in ("reason", "answer"))
+    assert stage_one.train_sampling_strategy == "group_by_length"
+    assert stage_two.train_sampling_strategy == "random"
+    assert (stage_two.learning_rate, stage_two.completion_only_loss, stage_two.num_train_epochs) == (1e-3, True, 1.0)
 
 
 @pytest.mark.parametrize(
