@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+from trl.trainer.utils import get_callable_name, is_async_callable
 
 from lopti.errors import TrainingStopped
 
@@ -49,7 +50,7 @@ def excerpt(completion: Any, limit: int = 60) -> str:
 
 
 def _reward_name(func: Any) -> str:
-    return getattr(func, "__name__", None) or type(func).__name__
+    return get_callable_name(func)  # TRL's: its metrics name each reward `rewards/<name>/...`
 
 
 def is_python_reward(func: Any) -> bool:
@@ -61,7 +62,10 @@ def explain_reward_errors(
     func: Callable[..., list[float]], check: Callable[[str, list, list], list] | None = None
 ) -> Callable[..., list[float]]:
     """Return `func` wrapped so that an exception names the function and the first failing sample, and its
-    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf)."""
+    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf). An async
+    reward stays a coroutine function, so that TRL still awaits it with the others; the wrapper keeps TRL's name."""
+    if is_async_callable(func):
+        return _named(_explain_async_reward_errors(func, check), func)
 
     @functools.wraps(func)
     def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
@@ -80,6 +84,26 @@ def explain_reward_errors(
                         f"reward function {_reward_name(func)!r} raised on sample {index} of the batch "
                         f"({type(sample_error).__name__}: {sample_error})"
                     ) from error
+            raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
+        return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
+
+    return _named(wrapped, func)
+
+
+def _named(wrapped: Callable, func: Any) -> Callable:
+    """Return `wrapped` named as TRL names `func` (a callable instance or a partial has no `__name__` to copy)."""
+    wrapped.__name__ = _reward_name(func)
+    return wrapped
+
+
+def _explain_async_reward_errors(func: Any, check: Callable[[str, list, list], list] | None) -> Callable:
+    """Return `explain_reward_errors`'s wrapper for an async reward: a coroutine function awaiting `func`."""
+
+    @functools.wraps(func)
+    async def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        try:
+            values = await func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
             raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
         return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
 
