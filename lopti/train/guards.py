@@ -1,9 +1,9 @@
 """`TrainingGuard`: a run stops with one line instead of training on, or saving, a broken state.
 
 - Divergence: after every optimizer step the trainable weights' norm must be finite and at most
-  `GROWTH_LIMIT` × its value when training started; otherwise the run stops before the step's checkpoint is
-  written (TRL would otherwise save the weights and die later in sampling with "probability tensor contains
-  either inf, nan").
+  `max_weight_growth` (default `GROWTH_LIMIT`) × its value when training started; otherwise the run stops before
+  the step's checkpoint is written (TRL would otherwise save the weights and die later in sampling with
+  "probability tensor contains either inf, nan"). `max_weight_growth=None` switches this check off.
 - Failing rewards: `explain_reward_errors` names the reward function and the first sample it raised on.
 - Non-finite rewards and losses: a reward function returning nan or ±inf is reported with its name and the
   sample, its value becomes TRL's "no reward" (None), and every optimizer step trained on that generated
@@ -211,14 +211,18 @@ class TrainingGuard(TrainerCallback):
         return math.sqrt(total.item())
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.start_norm = self.weight_norm(model)
+        if args.max_weight_growth is not None:  # off: no norm is computed at all
+            self.start_norm = self.weight_norm(model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
+        limit = args.max_weight_growth
+        if limit is None:
+            return
         norm = self.weight_norm(model)
-        if math.isfinite(norm) and (not self.start_norm or norm <= GROWTH_LIMIT * self.start_norm):
+        if math.isfinite(norm) and (not self.start_norm or norm <= limit * self.start_norm):
             return
         change = f"grew from norm {self.start_norm:.3g} to {norm:.3g}" if math.isfinite(norm) else "became non-finite"
         raise TrainingStopped(
-            f"step {state.global_step}: the weights {change} (limit ×{GROWTH_LIMIT:g}), so nothing from this step was "
-            f"saved; the learning rate ({args.learning_rate:g}) is likely too high"
+            f"step {state.global_step}: the weights {change} (max_weight_growth ×{limit:g}), so nothing from this "
+            f"step was saved; the learning rate ({args.learning_rate:g}) is likely too high"
         )
