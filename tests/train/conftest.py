@@ -48,3 +48,25 @@ def tiny_moe_model_dir(tiny_model_dir, tmp_path_factory):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_model_dir(tiny_model_dir, tmp_path_factory):
+    """Return a tiny LFM2 (a convolution layer, then full attention): a hybrid model whose cache has a layer
+    without keys and values, with the tiny tokenizer."""
+    from transformers import AutoTokenizer, Lfm2Config, Lfm2ForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-hybrid")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = Lfm2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, layer_types=["conv", "full_attention"], max_position_embeddings=1024,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Lfm2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
