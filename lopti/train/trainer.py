@@ -241,7 +241,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         policy_loss = self._aggregate(per_token, counted, inputs)
         loss = policy_loss if self.loss_type == "dapo" else policy_loss / self._accumulation()
         if terms.entropy is not None:
-            loss = loss - self.entropy_coef * (terms.entropy / self._accumulation())
+            loss = loss - self.args.entropy_coef * (terms.entropy / self._accumulation())
         if self.aux_loss_enabled:  # TRL's MoE load-balancing loss, scaled for accumulation as TRL scales it
             loss = loss + self.router_aux_loss_coef * aux_loss / self._accumulation()
         loss = self._guard_nonfinite(loss, logps)
@@ -325,7 +325,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         if self.args.entropy_coef != 0.0:
             metrics["policy_loss"].append(gathered_policy_loss)
             if mode == "train" and self.accelerator.sync_gradients:  # once per optimizer step, as TRL logs it
-                metrics["entropy_coef"].append(self.entropy_coef)
+                metrics["entropy_coef"].append(self.args.entropy_coef)
         if aux_loss is not None:
             metrics["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
