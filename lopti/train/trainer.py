@@ -6,7 +6,8 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 - `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
   surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
-  only TRL's plumbing: log-probs, the `loss_type` aggregation, vLLM importance ratios, logging.
+  only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance ratios,
+  the MoE router loss, logging.
 Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
 Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
 head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs, and `training_step` hands each
