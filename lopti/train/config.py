@@ -12,6 +12,7 @@ from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, SPLITS, credi
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
 from lopti.errors import UserError
+from lopti.train.guards import GROWTH_LIMIT
 
 # TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -131,6 +132,15 @@ class LoptiGRPOConfig(GRPOConfig):
             "non-finite loss or reward (each such step is skipped: lopti.train.guards)."
         },
     )
+    max_weight_growth: float | None = field(
+        default=GROWTH_LIMIT,
+        metadata={
+            "help": "Stop training, before the step's checkpoint is saved, when after an optimizer step the trainable "
+            "weights' norm is not finite or exceeds this multiple of its value at the start of training (a learning "
+            f"rate far too high; legitimate RL updates change it far less). Default {GROWTH_LIMIT:g}; must be > 1. "
+            "None switches the check off (e.g. for training from scratch, where the norm may grow legitimately)."
+        },
+    )
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "token_credit_kwargs"]
 
@@ -197,6 +207,8 @@ class LoptiGRPOConfig(GRPOConfig):
         problems += self._update_quality_problems()
         if self.max_nonfinite_losses < 1:
             problems.append(f"max_nonfinite_losses must be ≥ 1, got {self.max_nonfinite_losses}")
+        if self.max_weight_growth is not None and not self.max_weight_growth > 1.0:
+            problems.append(f"max_weight_growth must be > 1 or None (no check), got {self.max_weight_growth}")
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             problems.append(f"loss_type {self.loss_type!r} is not supported; use one of {SUPPORTED_LOSS_TYPES}")
         if self.importance_sampling_level != "token":

@@ -9,16 +9,52 @@ numbers are computed, never which ones (the same up to float rounding; docs/trai
   forward gives (`skips_old_forward`), that forward is left out and the first pass's log-probs are kept as the
   micro-batch's `old_per_token_logps` for the later passes.
 It acts only where `packing_applies`: `cpu_fast_path` is true, the device is the CPU, and the model is a plain (not
-PEFT) sdpa model without extra inputs (images, the MoE loss); anywhere else every call is TRL's own.
+PEFT) sdpa model without extra inputs (images, the MoE loss) whose layers are all full attention (`model_problem`);
+the rollout, also only for sampling or greedy decoding with the cache it builds itself (`generation_problem`).
+Anywhere else every call is TRL's own, with a debug-level log line saying why.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
+from transformers import GenerationConfig
+from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.generation import GenerationMode
 
 from lopti.train import packing
+
+logger = logging.getLogger(__name__)
+
+
+def model_problem(model: torch.nn.Module) -> str | None:
+    """Return why the fast path cannot run `model`'s forwards, or None if it can.
+
+    Its forwards give many rows one prompt's keys and values (a 4D mask over a packed layout, a cache copied
+    between rows), which is right only where every layer is full attention. A recurrent or convolutional layer
+    (linear-attention and other hybrid models) carries state that no mask restricts, and a sliding window is not in
+    the packed mask; the layers are read from the cache the model itself builds (`DynamicCache(config=...)`).
+    """
+    layers = DynamicCache(config=model.config).layers
+    others = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    return f"its cache has {', '.join(others)} layers, not only full attention" if others else None
+
+
+def generation_problem(config: GenerationConfig) -> str | None:
+    """Return why the fast path's rollout cannot reproduce `generate` under `config`, or None if it can: it
+    samples (or decodes greedily) one sequence per row from a cache it builds itself."""
+    mode = config.get_generation_mode()
+    if mode not in (GenerationMode.SAMPLE, GenerationMode.GREEDY_SEARCH):
+        return f"generation mode {mode.value} (num_beams={config.num_beams})"
+    if (config.num_return_sequences or 1) > 1:
+        return f"num_return_sequences={config.num_return_sequences}"
+    if config.cache_implementation is not None:
+        return f"cache_implementation={config.cache_implementation!r}"
+    if config.use_cache is False:
+        return "use_cache=False"
+    return None
 
 
 def skips_old_forward(args: Any, num_iterations: int) -> bool:
@@ -40,9 +76,22 @@ class CpuFastPath:
     # ... and its first pass's log-probs become the old ones of the micro-batch being trained on (`_micro_batch`).
     _old_from_first_pass = False
     _micro_batch: dict[str, Any] | None = None
+    # Why it left calls to TRL, each logged once.
+    _fast_path_notes: frozenset[str] = frozenset()
 
-    def _fast_path_applies(self, model: torch.nn.Module, device: torch.device) -> bool:
-        return packing.packing_applies(self.accelerator.unwrap_model(model), device, self.args.cpu_fast_path)
+    def _fast_path_applies(self, model: torch.nn.Module, device: torch.device, problem: str | None = None) -> bool:
+        """Return True where the fast path runs; where it was asked for but cannot (`model_problem`, or the caller's
+        `problem`), note why at debug level, once per reason."""
+        model = self.accelerator.unwrap_model(model)
+        if not packing.packing_applies(model, device, self.args.cpu_fast_path):
+            return False
+        problem = model_problem(model) or problem
+        if problem is None:
+            return True
+        if problem not in self._fast_path_notes:
+            self._fast_path_notes = self._fast_path_notes | {problem}  # this instance's own set, never the class's
+            logger.debug("lopti: the CPU fast path leaves this to TRL's own code: %s", problem)
+        return False
 
     def _generate_and_score_completions(self, inputs):
         skip = (
@@ -98,10 +147,14 @@ class CpuFastPath:
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
-        plain = images is None and not multimodal_fields and self.args.cache_implementation is None
-        if not (plain and self._fast_path_applies(model, self.accelerator.device)) or (
+        plain = images is None and not multimodal_fields
+        if not (plain and self._fast_path_applies(model, self.accelerator.device, self._generation_problem())) or (
             self.use_vllm or self.use_transformers_continuous_batching
         ):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
         with packing.fast_generation(model):  # TRL calls model.generate(...)
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+
+    def _generation_problem(self) -> str | None:
+        config = getattr(self, "generation_config", None)  # TRL's, for transformers' generate (None with vLLM)
+        return None if config is None else generation_problem(config)

@@ -1,9 +1,9 @@
 """`TrainingGuard`: a run stops with one line instead of training on, or saving, a broken state.
 
 - Divergence: after every optimizer step the trainable weights' norm must be finite and at most
-  `GROWTH_LIMIT` × its value when training started; otherwise the run stops before the step's checkpoint is
-  written (TRL would otherwise save the weights and die later in sampling with "probability tensor contains
-  either inf, nan").
+  `max_weight_growth` (default `GROWTH_LIMIT`) × its value when training started; otherwise the run stops before
+  the step's checkpoint is written (TRL would otherwise save the weights and die later in sampling with
+  "probability tensor contains either inf, nan"). `max_weight_growth=None` switches this check off.
 - Failing rewards: `explain_reward_errors` names the reward function and the first sample it raised on.
 - Non-finite rewards and losses: a reward function returning nan or ±inf is reported with its name and the
   sample, its value becomes TRL's "no reward" (None), and every optimizer step trained on that generated
@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+from trl.trainer.utils import get_callable_name, is_async_callable
 
 from lopti.errors import TrainingStopped
 
@@ -49,7 +50,7 @@ def excerpt(completion: Any, limit: int = 60) -> str:
 
 
 def _reward_name(func: Any) -> str:
-    return getattr(func, "__name__", None) or type(func).__name__
+    return get_callable_name(func)  # TRL's: its metrics name each reward `rewards/<name>/...`
 
 
 def is_python_reward(func: Any) -> bool:
@@ -61,7 +62,10 @@ def explain_reward_errors(
     func: Callable[..., list[float]], check: Callable[[str, list, list], list] | None = None
 ) -> Callable[..., list[float]]:
     """Return `func` wrapped so that an exception names the function and the first failing sample, and its
-    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf)."""
+    values pass through `check(name, values, completions)` (the trainer's guard against nan and inf). An async
+    reward stays a coroutine function, so that TRL still awaits it with the others; the wrapper keeps TRL's name."""
+    if is_async_callable(func):
+        return _named(_explain_async_reward_errors(func, check), func)
 
     @functools.wraps(func)
     def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
@@ -80,6 +84,26 @@ def explain_reward_errors(
                         f"reward function {_reward_name(func)!r} raised on sample {index} of the batch "
                         f"({type(sample_error).__name__}: {sample_error})"
                     ) from error
+            raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
+        return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
+
+    return _named(wrapped, func)
+
+
+def _named(wrapped: Callable, func: Any) -> Callable:
+    """Return `wrapped` named as TRL names `func` (a callable instance or a partial has no `__name__` to copy)."""
+    wrapped.__name__ = _reward_name(func)
+    return wrapped
+
+
+def _explain_async_reward_errors(func: Any, check: Callable[[str, list, list], list] | None) -> Callable:
+    """Return `explain_reward_errors`'s wrapper for an async reward: a coroutine function awaiting `func`."""
+
+    @functools.wraps(func)
+    async def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        try:
+            values = await func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as error:
             raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
         return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
 
@@ -187,14 +211,18 @@ class TrainingGuard(TrainerCallback):
         return math.sqrt(total.item())
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.start_norm = self.weight_norm(model)
+        if args.max_weight_growth is not None:  # off: no norm is computed at all
+            self.start_norm = self.weight_norm(model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
+        limit = args.max_weight_growth
+        if limit is None:
+            return
         norm = self.weight_norm(model)
-        if math.isfinite(norm) and (not self.start_norm or norm <= GROWTH_LIMIT * self.start_norm):
+        if math.isfinite(norm) and (not self.start_norm or norm <= limit * self.start_norm):
             return
         change = f"grew from norm {self.start_norm:.3g} to {norm:.3g}" if math.isfinite(norm) else "became non-finite"
         raise TrainingStopped(
-            f"step {state.global_step}: the weights {change} (limit ×{GROWTH_LIMIT:g}), so nothing from this step was "
-            f"saved; the learning rate ({args.learning_rate:g}) is likely too high"
+            f"step {state.global_step}: the weights {change} (max_weight_growth ×{limit:g}), so nothing from this "
+            f"step was saved; the learning rate ({args.learning_rate:g}) is likely too high"
         )

@@ -6,7 +6,8 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 - `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
   surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
-  only TRL's plumbing: log-probs, the `loss_type` aggregation, vLLM importance ratios, logging.
+  only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance ratios,
+  the MoE router loss, logging.
 Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
 Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
 head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs, and `training_step` hands each
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
 
 from lopti.core import (
     CreditStep,
@@ -45,6 +47,14 @@ from lopti.train.log_sum_sq import LogSumSqCapture
 from lopti.train.update_quality import UpdateQuality
 
 logger = logging.getLogger(__name__)
+
+# The inputs besides the token ids that TRL's loss forward hands to the model (images and their layout, token
+# types); `_compute_loss` passes each on as TRL's does. tests/train/test_trl_contract.py checks the list against
+# the signature of TRL's `_get_per_token_logps_and_entropies`.
+EXTRA_FORWARD_INPUTS = (
+    "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+    "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
+)  # fmt: skip
 
 AGGREGATION_OF_LOSS_TYPE = {
     "grpo": "seq-mean-token-mean",
@@ -86,11 +96,14 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
     def __init__(
         self,
         model: Any,
-        reward_funcs: Any,
-        args: LoptiGRPOConfig,
+        reward_funcs: Any = None,
+        args: LoptiGRPOConfig | None = None,
         token_credit: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None = None,
         **kwargs: Any,
     ) -> None:
+        if args is None:  # TRL's default config, named as TRL names it, with lopti's defaults (all features off)
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = LoptiGRPOConfig(f"{model_name.split('/')[-1]}-LoptiGRPO")
         if not isinstance(args, LoptiGRPOConfig):
             raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
         self._credit_steps = {**make_credit_steps(args.token_credit, args.token_credit_kwargs)}
@@ -98,7 +111,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             if name in self._credit_steps or name in BUILT_IN_STEPS:
                 raise ValueError(f"token_credit: a credit step named {name!r} is already in use; pass a dict to rename")
             self._credit_steps[name] = step
-        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
         funcs = [explain_reward_errors(f, self._guard.note_rewards) if is_python_reward(f) else f for f in funcs]
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
@@ -196,9 +209,10 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
-        )
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled, **{name: inputs.get(name) for name in EXTRA_FORWARD_INPUTS},
+        )  # fmt: skip
         # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
@@ -225,11 +239,14 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         counted = terms.counted
         if any(credit.drop is not None for credit in terms.credit.values()) and not counted.any():
             counted = mask
-        loss = self._aggregate(per_token, counted, inputs)
+        policy_loss = self._aggregate(per_token, counted, inputs)
+        loss = policy_loss if self.loss_type == "dapo" else policy_loss / self._accumulation()
         if terms.entropy is not None:
-            loss = loss - self.args.entropy_coef * terms.entropy / self._accumulation()
+            loss = loss - self.args.entropy_coef * (terms.entropy / self._accumulation())
+        if self.aux_loss_enabled:  # TRL's MoE load-balancing loss, scaled for accumulation as TRL scales it
+            loss = loss + self.router_aux_loss_coef * aux_loss / self._accumulation()
         loss = self._guard_nonfinite(loss, logps)
-        self._log_step_metrics(logps, old_logps, entropies, mask, terms, loss, phase, kl)
+        self._log_step_metrics(logps, old_logps, entropies, mask, terms, policy_loss.detach(), phase, kl, aux_loss)
         self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
         return loss
 
@@ -260,15 +277,15 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         return self.current_gradient_accumulation_steps if self.model.training else 1.0
 
     def _aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict) -> torch.Tensor:
-        """Return the loss normalised exactly as TRL normalises its `loss_type`."""
+        """Return the policy loss normalised exactly as TRL normalises its `loss_type`: `dapo` over the tokens of
+        the accumulation window, the others over this micro-batch (the caller divides by the accumulation)."""
         mode = AGGREGATION_OF_LOSS_TYPE[self.loss_type]
         if self.loss_type == "dapo":
             num_tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if self.model.training:
                 num_tokens = num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
             return aggregate_loss(per_token, mask, mode, num_tokens=num_tokens)
-        loss = aggregate_loss(per_token, mask, mode, max_length=self.max_completion_length)
-        return loss / self._accumulation()
+        return aggregate_loss(per_token, mask, mode, max_length=self.max_completion_length)
 
     def _guard_nonfinite(self, loss: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
         """Return the loss, or a zero one when it is not finite; `TrainingGuard` then drops the optimizer step's
@@ -277,7 +294,13 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             return loss
         return torch.zeros((), device=logps.device, requires_grad=True)  # no gradient reaches the model
 
-    def _log_step_metrics(self, logps, old_logps, entropies, mask, terms, loss, phase, kl):
+    def _log_step_metrics(self, logps, old_logps, entropies, mask, terms, policy_loss, phase, kl, aux_loss):
+        """Log TRL's metrics of the loss with TRL's names and meanings, and lopti's own under its prefixes.
+
+        `policy_loss` is TRL's: the aggregated policy (and KL) loss before the entropy bonus and before the
+        division for gradient accumulation, logged, as TRL logs it, when the entropy bonus is on; with Lopti,
+        `lopti/phase1_loss` and `lopti/phase2_loss` are the same quantity on each phase's steps.
+        """
         mode = "train" if self.model.training else "eval"
         valid = mask.bool()
 
@@ -297,8 +320,15 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
         if kl is not None:
             metrics["kl"].append(mean_of(kl, terms.active))
-        name = f"lopti/phase{phase + 1}_loss" if self.args.lopti else "policy_loss"
-        metrics[name].append(self.accelerator.gather(loss.detach()).nanmean().item())
+        gathered_policy_loss = self.accelerator.gather(policy_loss).nanmean().item()
+        if self.args.lopti:
+            metrics[f"lopti/phase{phase + 1}_loss"].append(gathered_policy_loss)
+        if self.args.entropy_coef != 0.0:
+            metrics["policy_loss"].append(gathered_policy_loss)
+            if mode == "train" and self.accelerator.sync_gradients:  # once per optimizer step, as TRL logs it
+                metrics["entropy_coef"].append(self.args.entropy_coef)
+        if aux_loss is not None:
+            metrics["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
     def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase) -> None:
         """Log each π_old bucket's share of the tokens and of the gradient, also per advantage sign, and Lopti's moves.

@@ -49,6 +49,7 @@ def test_valid_lopti_setup():
         ),
         (dict(advantage_estimator="ppo"), "advantage_estimator must be None or one of"),
         (dict(dual_clip=0.5), "dual_clip must be > 1"),
+        (dict(max_weight_growth=1.0), "max_weight_growth must be > 1 or None \\(no check\\), got 1.0"),
         (dict(lopti=True), "set num_iterations=2 \\(got 1\\)"),
         (dict(lopti=True, num_iterations=2, importance_sampling_level="sequence"), "importance_sampling_level"),
         (dict(loss_type="cispo"), "loss_type 'cispo' is not supported"),

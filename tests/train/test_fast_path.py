@@ -1,6 +1,7 @@
 """`CpuFastPath` on its own: mixed into TRL's plain GRPOTrainer, it gives GRPOTrainer's training to float rounding,
 and it leaves out TRL's old-log-prob forward exactly where the first pass's forward gives the same numbers."""
 
+import logging
 from dataclasses import dataclass
 
 import pytest
@@ -10,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.train import packing
-from lopti.train.fast_path import CpuFastPath, skips_old_forward
+from lopti.train.fast_path import CpuFastPath, model_problem, skips_old_forward
 
 
 @dataclass
@@ -74,3 +75,36 @@ def test_old_forward_is_left_out_only_where_the_first_pass_gives_it(
 
     Args.steps_per_generation = steps_per_generation
     assert skips_old_forward(Args, num_iterations) is skipped
+
+
+def rollout(trainer, prompts):
+    """Return TRL's completions for 2 prompts × 4 generations from a fixed seed."""
+    tokenizer = trainer.processing_class
+    prompt_ids = [tokenizer(prompts[i]["prompt"])["input_ids"] for i in range(2) for _ in range(4)]
+    torch.manual_seed(0)
+    return trainer._generate_single_turn(prompt_ids, None, {}, 4)[0]
+
+
+def test_beam_search_is_left_to_trl(tiny_model_dir, kk_prompts, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
+    completions = {}
+    for fast in (False, True):
+        trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1,
+                       cpu_fast_path=fast, generation_kwargs={"num_beams": 2})  # fmt: skip
+        with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
+            completions[fast] = rollout(trainer, kk_prompts)
+    assert completions[True] == completions[False]
+    assert "fast path leaves this to TRL's own code: generation mode beam_sample (num_beams=2)" in caplog.text
+
+
+def test_hybrid_model_runs_trl_code_only(tiny_hybrid_model_dir, tiny_model_dir, kk_prompts, tmp_path, monkeypatch,
+                                         caplog):  # fmt: skip
+    """A convolution layer's state is not restricted by the packed layout's mask: every forward is TRL's."""
+    monkeypatch.setattr(packing, "packed_log_probs", lambda *a, **k: pytest.fail("packed forward ran"))
+    monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
+    trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_hybrid_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   num_iterations=2)  # fmt: skip
+    with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
+        trainer.train()
+    assert "its cache has LinearAttentionLayer layers, not only full attention" in caplog.text
+    assert model_problem(AutoModelForCausalLM.from_pretrained(tiny_model_dir)) is None

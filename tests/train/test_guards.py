@@ -125,6 +125,32 @@ def test_diverging_learning_rate_stops_before_any_save_in_one_line(tiny_model_di
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith("checkpoint") or p.name == "final"]
 
 
+class Grow(TrainerCallback):
+    """Multiply every weight by `factor` right after each optimizer step (a stand-in for a diverging update)."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.mul_(self.factor)
+
+
+def test_weight_growth_limit_is_a_setting(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, id_reward, max_steps=2, max_weight_growth=2.0)
+    trainer.add_callback(Grow(1.5))  # ×1.5 after step 1 is within ×2; ×2.25 after step 2 is not
+    with pytest.raises(TrainingStopped, match=r"^step 2: the weights grew from .* \(max_weight_growth ×2\)"):
+        trainer.train()
+
+
+def test_weight_growth_check_switched_off(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, id_reward, max_steps=2, max_weight_growth=None)
+    trainer.add_callback(Grow(100.0))  # ×10⁴ over the run: far past the default limit of ×10
+    trainer.train()
+    assert trainer.state.global_step == 2
+
+
 def test_non_finite_log_probs_in_the_loss_are_a_numerical_failure(tiny_model_dir, kk_prompts, tmp_path):
     from test_trainer import make, one_batch
 

@@ -12,6 +12,8 @@ import pytest
 import trl
 from trl import GRPOTrainer
 
+from lopti.train.trainer import EXTRA_FORWARD_INPUTS
+
 TESTED_TRL = "1.16.0"
 FINGERPRINTS = {
     # overridden by LoptiGRPOTrainer (it calls super() and post-processes or replaces the result)
@@ -43,3 +45,11 @@ def test_signatures_lopti_calls():
     assert list(params)[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"]
     assert "compute_entropy" in params
     assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
+
+
+def test_loss_forward_passes_every_model_input_trl_accepts():
+    """`_compute_loss` passes TRL's log-prob forward each extra model input (images, token types) by name."""
+    params = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    handled = ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+               "compute_aux_loss"]  # fmt: skip
+    assert sorted(EXTRA_FORWARD_INPUTS) == sorted(set(params) - set(handled))
