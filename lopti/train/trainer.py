@@ -71,6 +71,13 @@ def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep]
     return named
 
 
+def untied_missing_keys(model: torch.nn.Module, missing: list[str]) -> list[str]:
+    """Return the keys of `missing` whose tensor is not also the tensor of a key that was loaded (a tied weight)."""
+    tensors = model.state_dict(keep_vars=True)
+    loaded = {tensors[name].data_ptr() for name in tensors if name not in missing}
+    return [name for name in missing if name not in tensors or tensors[name].data_ptr() not in loaded]
+
+
 class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
@@ -139,6 +146,13 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             micro_batch = self._buffered_inputs[(self._step - 1) % self.args.steps_per_generation]
             self._update_quality.after_micro_step(micro_batch, self._training_logps)
         return loss
+
+    # --- transformers override: a resume's "missing keys" warning leaves out the tied weights. safetensors stores
+    # a tied output head once, under the input embedding's name, so its key is always "missing" from a checkpoint
+    # while its tensor is loaded; any other missing key is still warned about.
+    def _issue_warnings_after_load(self, load_result):
+        missing = untied_missing_keys(self.accelerator.unwrap_model(self.model), load_result.missing_keys)
+        return super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     # --- TRL override 1: keep the rewards, which GRPOTrainer only turns into advantages internally.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
