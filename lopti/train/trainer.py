@@ -40,8 +40,9 @@ from lopti.core.objective import BUILT_IN_STEPS, credit_shares
 from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.fast_path import CpuFastPath
-from lopti.train.guards import TrainingGuard, explain_reward_errors, is_python_reward
+from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
+from lopti.train.reward_calls import bounded_reward
 from lopti.train.update_quality import UpdateQuality
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,12 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             self._credit_steps[name] = step
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
-        funcs = [explain_reward_errors(f, self._guard.note_rewards) if is_python_reward(f) else f for f in funcs]
+        funcs = [
+            explain_reward_errors(bounded_reward(f, args.reward_errors, args.reward_timeout, self._count_reward_errors),
+                                  self._guard.note_rewards)
+            if is_python_reward(f) else f
+            for f in funcs
+        ]  # fmt: skip
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
@@ -146,6 +152,10 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             micro_batch = self._buffered_inputs[(self._step - 1) % self.args.steps_per_generation]
             self._update_quality.after_micro_step(micro_batch, self._training_logps)
         return loss
+
+    def _count_reward_errors(self, count: int) -> None:
+        """Count samples a reward function raised on (reward_errors: skip) in the `reward_errors` metric."""
+        add_count(self._metrics["train" if self.model.training else "eval"], "reward_errors", count)
 
     # --- transformers override: a resume's "missing keys" warning leaves out the tied weights. safetensors stores
     # a tied output head once, under the input embedding's name, so its key is always "missing" from a checkpoint
