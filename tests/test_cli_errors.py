@@ -50,9 +50,16 @@ TRAIN = [
     (["--config", "TMP/binary.yaml"], "TMP/binary.yaml: not a text file"),
     (["--config", "TMP"], "config file TMP is a folder"),
     (["--model", "tiny-base"], "cache entry TMP/cache/tiny-base-v3 is a file"),
+    (["--max_completion_length", "1000000000"], "max_completion_length 1000000000: the longest prompt ("),
+    (
+        ["--max_completion_length", "1000"],
+        "than the 1024 positions model tiny attends to (max_position_embeddings); set",
+    ),
+    (["--eval_max_new_tokens", "5000"], "eval_max_new_tokens 5000: the longest prompt ("),
 ]
 OTHERS = [
     (["eval", "--model", "tiny", "--batch_size", "0"], "batch_size must be ≥ 1, got 0"),
+    (["eval", "--model", "tiny", "--eval_max_new_tokens", "1000000000"], "eval_max_new_tokens 1000000000: the longest"),
     (["eval", "--model", "tiny", "--fixed_names", "maybe"], "fixed_names must be true or false, got 'maybe'"),
     (["eval", "--model", "tiny", "--n", "5"], "unknown key(s) 'n'"),
     (["eval", "--model", "tiny", "--eval_puzles", "5"], "'eval_puzles' (did you mean eval_puzzles"),

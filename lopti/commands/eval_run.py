@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from lopti.commands.fields import check_values
 from lopti.commands.files import check_folder, claim_folder, folder_lock, write_atomic
+from lopti.commands.lengths import check_lengths
 from lopti.errors import check_output_folder
 from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
@@ -144,6 +145,13 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
     rows = held_out_rows(config)  # checks people/levels/template/file before any model is loaded
     model_path = resolve_model(config.model)
     tokenizer = load_tokenizer(model_path)
+    check_lengths(
+        config.model,
+        model_path,
+        tokenizer,
+        [row["prompt"] for row in rows],
+        {"eval_max_new_tokens": config.eval_max_new_tokens},
+    )
     out = Path(out)
     with folder_lock(out):  # a second evaluation into `out` would append the same records twice
         records = _claim_folder(out, config)

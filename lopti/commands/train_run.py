@@ -25,6 +25,7 @@ from transformers import TrainerCallback
 from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
+from lopti.commands.lengths import check_lengths
 from lopti.commands.model_card import method_line, use_lopti_model_card, write_model_card
 from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
@@ -147,6 +148,11 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
     run_dir = Path(args.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(model_path)
+    budgets = {"max_completion_length": args.max_completion_length}
+    if run.evaluate:
+        budgets["eval_max_new_tokens"] = run.eval_max_new_tokens
+    prompts = [*train["prompt"], *(evaluation["prompt"] if run.evaluate else [])]
+    check_lengths(run.model, model_path, tokenizer, prompts, budgets)
     funcs, args.reward_weights = task_rewards(run, weights, tokenizer)
     trainer = LoptiGRPOTrainer(
         model=load_model(model_path),

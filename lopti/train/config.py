@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from trl import GRPOConfig
 
@@ -142,6 +142,22 @@ class LoptiGRPOConfig(GRPOConfig):
         },
     )
 
+    reward_errors: Literal["stop", "skip"] = field(
+        default="stop",
+        metadata={
+            "help": "What a reward function that raises does: 'stop' ends the run with one line naming the "
+            "function, the exception and the completion; 'skip' scores that sample as no reward (TRL's None) and "
+            "counts it in the reward_errors metric (lopti.train.reward_calls)."
+        },
+    )
+    reward_timeout: float = field(
+        default=0.0,
+        metadata={
+            "help": "Seconds one call of a reward function may take before the run stops with one line naming "
+            "it; 0 = no limit."
+        },
+    )
+
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "token_credit_kwargs"]
 
     def __post_init__(self) -> None:
@@ -205,6 +221,10 @@ class LoptiGRPOConfig(GRPOConfig):
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         problems += self._update_quality_problems()
+        if self.reward_errors not in ("stop", "skip"):
+            problems.append(f"reward_errors must be 'stop' or 'skip', got {self.reward_errors!r}")
+        if not self.reward_timeout >= 0:
+            problems.append(f"reward_timeout must be ≥ 0, got {self.reward_timeout}")
         if self.max_nonfinite_losses < 1:
             problems.append(f"max_nonfinite_losses must be ≥ 1, got {self.max_nonfinite_losses}")
         if self.max_weight_growth is not None and not self.max_weight_growth > 1.0:

@@ -71,6 +71,8 @@ def explain_reward_errors(
     def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
         try:
             values = func(prompts=prompts, completions=completions, **kwargs)
+        except TrainingStopped:  # already one line that names the function (`reward_calls.bounded_reward`)
+            raise
         except Exception as error:
             for index in range(len(completions)):
                 one = {

@@ -23,6 +23,9 @@ from transformers import DynamicCache
 from lopti.core.packing import pack_shared_prompts, unpack
 from lopti.train.decode import sample_unfinished_rows, sampling_cache
 
+# The most answer positions preallocated ahead (the longest budget of the shipped recipes); longer generations grow.
+PREALLOCATED_STEPS = 4096
+
 
 def packed_log_probs(
     model: torch.nn.Module,
@@ -81,6 +84,18 @@ def fast_generation(model) -> Iterator[None]:
         del model.generate
 
 
+def preallocated_positions(model, prompt_length: int, max_new_tokens: int) -> int:
+    """Return the cache positions to preallocate for sampling: the prompt and the answer budget, but never more than
+    the model attends to (its config's `max_position_embeddings`) nor `PREALLOCATED_STEPS` beyond the prompt.
+
+    A budget far past what generation can use (10⁹ tokens) would otherwise ask for terabytes before the first
+    step; a generation longer than what is preallocated grows the buffers (`PreallocatedLayer.update`).
+    """
+    positions = prompt_length + min(max_new_tokens, PREALLOCATED_STEPS)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    return min(positions, limit) if isinstance(limit, int) and limit > prompt_length else positions
+
+
 def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
     """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)`, with each distinct left-padded prompt's
     prefill run once and its KV cache copied to every row that repeats it, and the sampling loop
@@ -95,7 +110,7 @@ def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torc
         return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     config = kwargs.get("generation_config") or model.generation_config
     cache = (
-        sampling_cache(model, input_ids.size(1) + config.max_new_tokens)
+        sampling_cache(model, preallocated_positions(model, input_ids.size(1), config.max_new_tokens))
         if config.num_beams in (None, 1) and config.max_new_tokens
         else DynamicCache(config=model.config)
     )

@@ -42,8 +42,9 @@ from lopti.core.objective import BUILT_IN_STEPS, credit_shares
 from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.fast_path import CpuFastPath
-from lopti.train.guards import TrainingGuard, explain_reward_errors, is_python_reward
+from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
+from lopti.train.reward_calls import bounded_reward
 from lopti.train.update_quality import UpdateQuality
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,13 @@ def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep]
     return named
 
 
+def untied_missing_keys(model: torch.nn.Module, missing: list[str]) -> list[str]:
+    """Return the keys of `missing` whose tensor is not also the tensor of a key that was loaded (a tied weight)."""
+    tensors = model.state_dict(keep_vars=True)
+    loaded = {tensors[name].data_ptr() for name in tensors if name not in missing}
+    return [name for name in missing if name not in tensors or tensors[name].data_ptr() not in loaded]
+
+
 class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
@@ -113,7 +121,12 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             self._credit_steps[name] = step
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
-        funcs = [explain_reward_errors(f, self._guard.note_rewards) if is_python_reward(f) else f for f in funcs]
+        funcs = [
+            explain_reward_errors(bounded_reward(f, args.reward_errors, args.reward_timeout, self._count_reward_errors),
+                                  self._guard.note_rewards)
+            if is_python_reward(f) else f
+            for f in funcs
+        ]  # fmt: skip
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
@@ -152,6 +165,17 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             micro_batch = self._buffered_inputs[(self._step - 1) % self.args.steps_per_generation]
             self._update_quality.after_micro_step(micro_batch, self._training_logps)
         return loss
+
+    def _count_reward_errors(self, count: int) -> None:
+        """Count samples a reward function raised on (reward_errors: skip) in the `reward_errors` metric."""
+        add_count(self._metrics["train" if self.model.training else "eval"], "reward_errors", count)
+
+    # --- transformers override: a resume's "missing keys" warning leaves out the tied weights. safetensors stores
+    # a tied output head once, under the input embedding's name, so its key is always "missing" from a checkpoint
+    # while its tensor is loaded; any other missing key is still warned about.
+    def _issue_warnings_after_load(self, load_result):
+        missing = untied_missing_keys(self.accelerator.unwrap_model(self.model), load_result.missing_keys)
+        return super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     # --- TRL override 1: keep the rewards, which GRPOTrainer only turns into advantages internally.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

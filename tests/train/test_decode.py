@@ -272,3 +272,42 @@ def test_the_model_gets_sdpa_back_when_the_loop_raises(tiny_model_dir):
         sample(shared_prefill_generate, model, ids, mask, config, seed=0)
     assert implementations[1:] == [MATMUL_DECODE] * 2  # after the shared prefill, the loop's forwards
     assert model.config._attn_implementation == "sdpa"
+
+
+class Preallocated(Exception):
+    """Raised in place of sampling once the cache's size is known."""
+
+
+@pytest.mark.parametrize("budget", [10**9, 600])
+def test_the_cache_preallocates_no_more_than_the_model_attends_to(tiny_model_dir, monkeypatch, budget):
+    from lopti.train import packing
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.config.max_position_embeddings = 512
+    sizes = []
+
+    def sampling_cache(model, capacity):
+        sizes.append(capacity)
+        raise Preallocated
+
+    monkeypatch.setattr(packing, "sampling_cache", sampling_cache)
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=0)
+    config = GenerationConfig(do_sample=False, pad_token_id=0, max_new_tokens=budget)
+    with pytest.raises(Preallocated):
+        sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    assert sizes == [512]  # not 14 + 10⁹ positions (terabytes for this batch)
+
+
+def test_a_generation_longer_than_the_preallocated_cache_grows_it_and_samples_what_generate_samples(
+    tiny_model_dir, monkeypatch
+):
+    from lopti.train import packing
+
+    monkeypatch.setattr(packing, "PREALLOCATED_STEPS", 3)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=1)
+    expected, _, _ = sample(type(model).generate, model, ids, mask, config, seed=1)
+    ours, _, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=1)
+    assert torch.equal(ours, expected)

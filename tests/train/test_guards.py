@@ -161,3 +161,28 @@ def test_non_finite_log_probs_in_the_loss_are_a_numerical_failure(tiny_model_dir
     batch["old_per_token_logps"] = torch.full_like(batch["completion_mask"], float("nan"), dtype=torch.float32)
     with pytest.raises(NumericalFailure, match=r"optimizer step 1: old_logprobs has \d+ non-finite value"):
         trainer.compute_loss(trainer.model, batch)
+
+
+def test_a_reward_that_raises_stops_training_or_with_skip_counts_as_no_reward(tiny_model_dir, kk_prompts, tmp_path):
+    def fragile(completions, completion_ids, **kwargs):
+        fragile.calls += 1
+        if fragile.calls > 1:  # every call after the first batch's, each sample's alone included
+            raise ZeroDivisionError("division by zero")
+        return id_reward(completions, completion_ids)
+
+    fragile.calls = 0
+    with pytest.raises(TrainingStopped, match=r"^reward function 'fragile' raised ZeroDivisionError"):
+        make(tiny_model_dir, kk_prompts, tmp_path, fragile, max_steps=3).train()
+
+    def one_bad(completions, completion_ids, **kwargs):
+        if len(completions) == 1 and completion_ids[0] == one_bad.bad:
+            raise ValueError("cannot score this one")
+        one_bad.bad = one_bad.bad or (completion_ids[1] if len(completions) > 1 else None)
+        if len(completions) > 1 and one_bad.bad in completion_ids:
+            raise ValueError("cannot score this batch")
+        return id_reward(completions, completion_ids)
+
+    one_bad.bad = None
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, one_bad, max_steps=2, reward_errors="skip")
+    trainer.train()
+    assert sum(logged(trainer, "reward_errors")) >= 1

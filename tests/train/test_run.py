@@ -1,6 +1,7 @@
 """`lopti train` end to end on a tiny model: run folder, resume after a kill, bad input."""
 
 import json
+import logging
 import shutil
 
 import pytest
@@ -13,6 +14,7 @@ from lopti.cli import main
 from lopti.commands import train_run as run_module
 from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.settings import split
+from lopti.train.trainer import untied_missing_keys
 
 
 def hash_reward(completions, completion_ids, **kwargs):
@@ -204,3 +206,34 @@ def test_a_cut_last_metrics_line_is_dropped_and_any_other_named(tmp_path):
     path.write_text("\n".join([lines[0], '{"step": 2, "lo', lines[2]]) + "\n")
     with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not valid JSON"):
         run_module.drop_metrics_after(path, 3)
+
+
+class Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_a_resume_of_a_tied_model_warns_of_no_missing_key(settings, tiny_model_dir):
+    assert AutoModelForCausalLM.from_pretrained(tiny_model_dir).config.tie_word_embeddings
+    run_dir = train({**settings, "max_steps": 2})
+    (run_dir / "run.json").unlink()  # so that the resume loads checkpoint-2 into the trainer
+    caught = Warnings()
+    logging.getLogger("transformers").addHandler(caught)  # transformers' loggers do not propagate to the root
+    try:
+        train({**settings, "max_steps": 2, "resume": True})
+    finally:
+        logging.getLogger("transformers").removeHandler(caught)
+    assert not [m for m in caught.messages if "missing keys" in m], caught.messages
+
+
+def test_only_tied_weights_leave_the_missing_keys(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert untied_missing_keys(model, ["lm_head.weight"]) == []
+    assert untied_missing_keys(model, ["lm_head.weight", "model.norm.weight"]) == ["model.norm.weight"]
+    # both names of a tied tensor missing: nothing loaded it, so both are still missing
+    both = ["lm_head.weight", "model.embed_tokens.weight"]
+    assert untied_missing_keys(model, both) == both

@@ -13,7 +13,9 @@ custom-reward hook. Every scorer takes time linear in the text's length (for a g
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +39,14 @@ QUALIFIERS = frozenset({
     "either", "neither", "nor", "or", "except", "but", "only", "otherwise", "unclear", "unknown", "cannot",
 })  # fmt: skip
 WORD_RE = re.compile(r"[\w'’]+")
+# Letters that look like ASCII ones but that NFKD does not take apart; any other non-ASCII letter left in a word
+# still stands for any one letter (`_lookalike_re`).
+CONFUSABLES = str.maketrans(
+    "аеорсухіјѕԁԛԝкмнтвѵ" "АВЕКМНОРСТХІЈЅԜ"  # Cyrillic
+    "αβεηικνορτυχ" "ΑΒΕΗΙΚΜΝΟΡΤΥΧ"  # Greek
+    "ıɡɑ" "ᴀʙᴄᴅᴇɢʜɪᴊᴋʟᴍɴᴏᴘʀᴛᴜᴠᴡʏᴢ",  # Latin: dotless i, script g and a, small capitals
+    "aeopcyxijsdqwkmhtbv" "ABEKMHOPCTXIJSW" "abenikvoptux" "ABEHIKMNOPTYX" "iga" "abcdeghijklmnoprtuvwyz",
+)  # fmt: skip
 
 # Per name in puzzle order: True = truthful role, False = liar, None = a look-alike role word (logic_rl reads
 # it as neither role); None as a whole = unparseable.
@@ -71,6 +81,42 @@ def _assignment_re(names: list[str], roles: Roles) -> re.Pattern:
 
 def _name_index(names: list[str]) -> dict[str, int]:
     return {name.casefold(): index for index, name in enumerate(names)}
+
+
+def _folded(text: str) -> str:
+    """Return `text` as it reads: compatibility forms (fullwidth, Kelvin sign, math letters) and accents taken
+    apart, combining marks and invisible characters (zero-width space, soft hyphen) dropped, `CONFUSABLES` mapped."""
+    parts = unicodedata.normalize("NFKD", text)
+    kept = "".join(c for c in parts if c.isascii() or unicodedata.category(c) not in ("Mn", "Me", "Cf"))
+    return kept.translate(CONFUSABLES)
+
+
+@functools.cache
+def _lookalike_re(roles: Roles) -> re.Pattern:
+    """Return the pattern of a word of a role word's length whose every letter is the role word's (ASCII case
+    aside) or a non-ASCII one; fixed-length alternatives, so a search is linear in the text's length."""
+    words = ("".join(rf"(?:(?i:{re.escape(c)})|[^\x00-\x7f])" for c in role) for role in roles)
+    return re.compile(rf"(?<!\w)(?:{'|'.join(words)})(?!\w)")
+
+
+def _has_lookalike(clause: str, roles: Roles) -> bool:
+    """Return True iff the clause holds a word that reads as a role word but is not one in ASCII: "Knave" with a
+    Kelvin sign, "knіght" with a Cyrillic і, "knave" with a zero-width space inside, "ｋｎａｖｅ" (fullwidth).
+
+    A word counts once `_folded` when at least half its letters are the role word's ASCII ones, so that a
+    word of another script that happens to be as long ("рыцарь") is not one.
+    """
+    if clause.isascii():
+        return False
+    ascii_words = len(re.findall(_role_pattern(roles), clause, re.IGNORECASE))
+    read = [
+        word for word in _lookalike_re(tuple(roles)).findall(_folded(clause)) if 2 * _ascii_letters(word) >= len(word)
+    ]
+    return len(read) > ascii_words
+
+
+def _ascii_letters(word: str) -> int:
+    return sum(c.isascii() and c.isalpha() for c in word)
 
 
 def _qualified(clause: str) -> bool:
@@ -146,6 +192,8 @@ def strict_parse(answer: str, names: list[str], roles: Roles = DEFAULT_ROLES) ->
     index = _name_index(names)
     given: list[list[bool | None]] = [[] for _ in names]
     for clause in filter(None, CLAUSE_END_RE.split(answer)):  # filter: skip empty clauses at C speed
+        if _has_lookalike(clause, roles):
+            return None
         if not role_word.search(clause):
             if _qualified(clause):
                 return None
@@ -185,7 +233,7 @@ def lenient_score(text: str, names: list[str], solution: list[bool], roles: Role
     For models that answer in prose (an instruct model that never writes the tags): the `final_text` is
     read, its last <answer>...</answer> block if there is one, and for each name the last "Name is a
     <role>" counts, except in a clause with a qualifier ("If Zoe is a knight, ..."); a name never given a
-    role counts as wrong.
+    role, or last named in a clause with a look-alike role word (`_has_lookalike`), counts as wrong.
     """
     try:
         graded = final_text(text)
@@ -195,7 +243,11 @@ def lenient_score(text: str, names: list[str], solution: list[bool], roles: Role
             graded = graded[opening + len("<answer>") : close]
         assignment, index = _assignment_re(names, roles), _name_index(names)
         last: dict[int, bool | None] = {}
+        mentioned = re.compile(rf"\b({_names_pattern(names)})\b", re.IGNORECASE)
         for clause in filter(None, CLAUSE_END_RE.split(graded)):
+            if _has_lookalike(clause, roles):  # the last word on whoever it names is no role
+                last.update((index[name.casefold()], None) for name in mentioned.findall(clause))
+                continue
             found = assignment.findall(clause)
             if found and not _qualified(clause):
                 for name, role in found:

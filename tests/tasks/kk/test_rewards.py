@@ -235,3 +235,39 @@ def test_strict_reads_plain_answer_forms():
 def test_strict_reads_no_negated_conditional_or_hedged_answer(answer):
     assert strict_score(text(answer), NAMES, SOLUTION) == -1.0
     assert partial_score(text(answer), NAMES, SOLUTION) == 0.0
+
+
+# Look-alikes of the role word Bob does not get: Kelvin sign, Cyrillic, Greek, dotless i, dotted capital I,
+# fullwidth, small capitals, mathematical bold, a combining dot, a zero-width space, a soft hyphen, accents.
+CONFUSABLE_ROLES = [
+    "\u212anight", "\u212aNIGHT", "kn\u0456ght", "KN\u0406GHT", "kn\u0131ght", "KN\u0130GHT", "ｋｎｉｇｈｔ",
+    "ᴋɴɪɢʜᴛ", "𝐤𝐧𝐢𝐠𝐡𝐭", "kni\u0307ght", "kn\u200bight", "kn\u00adight", "knιght", "knîght",
+    "\u212anave", "kn\u0430ve", "knav\u0435", "kn\u03b1ve", "kna\u03bde", "ｋｎａｖｅ", "kn\u200bave",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("word", CONFUSABLE_ROLES)
+@pytest.mark.parametrize("where", ["after", "before", "same line"])
+def test_a_look_alike_second_role_for_one_person_earns_nothing_from_the_strict_scorers(word, where):
+    from lopti.tasks.registry import TASKS
+
+    extra = f"(2) Bob is a {word}"
+    answer = {
+        "after": f"{RIGHT}\n{extra}",
+        "before": f"{extra}\n{RIGHT}",
+        "same line": RIGHT.replace("\n(3)", f" {extra} (3)"),
+    }[where]
+    assistant = text(answer)
+    assert strict_score(assistant, NAMES, SOLUTION) == -1.0  # unparseable, as with two ASCII roles
+    assert partial_score(assistant, NAMES, SOLUTION) == 0.0
+    assert accuracy(assistant, NAMES, SOLUTION) == 0.0
+    assert TASKS["kk"].judge(assistant, {"names": NAMES, "solution": SOLUTION}) == (False, True)
+    if where == "after":  # lenient takes each person's last statement: a look-alike one names no role
+        assert lenient_score(assistant, NAMES, SOLUTION) == pytest.approx(2 / 3)
+
+
+def test_non_ascii_prose_and_names_keep_a_right_answer_right():
+    names = ["Zoë", "Bob", "Cy"]
+    answer = "(1) Zoë is a knight\n(2) Bob is a knave\n(3) Cy is a knight\nРыцарь — это правда; “so” it is."
+    assert strict_score(text(answer), names, SOLUTION) == 3.0
+    assert accuracy(text(answer), names, SOLUTION) == 1.0
