@@ -1,7 +1,7 @@
 """Property-based hostile completions (hypothesis): every scorer, K&K and math, on generated wrong answers wrapped
 in arbitrary text, returns a finite value in its range and never its maximum.
 
-Each test runs `LOPTI_PROPERTY_EXAMPLES` examples per scorer (10,000 unless set; CI sets a small number), derandomized
+Each test runs `LOPTI_PROPERTY_EXAMPLES` examples per scorer (10,000 unless set, as in CI), derandomized
 so that a failure reproduces. A K&K answer is the right one with at least one person tampered with (the wrong
 role, a look-alike role word, a negated or conditional line, a second role, left out), and arbitrary text around
 it in the reasoning and as clauses of its own in the answer; a math response ends on a wrong \\boxed{} after
