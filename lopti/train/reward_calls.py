@@ -16,14 +16,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from trl.trainer.utils import get_callable_name
+
 from lopti.errors import TrainingStopped
 from lopti.train.guards import excerpt
 
 REWARD_ERRORS = ("stop", "skip")
-
-
-def _name(func: Any) -> str:
-    return getattr(func, "__name__", None) or type(func).__name__
 
 
 def _call_within(func: Callable[..., Any], timeout: float, kwargs: dict[str, Any]) -> Any:
@@ -38,7 +36,7 @@ def _call_within(func: Callable[..., Any], timeout: float, kwargs: dict[str, Any
         except BaseException as error:  # handed to the caller's thread
             outcome["error"] = error
 
-    worker = threading.Thread(target=run, name=f"reward {_name(func)}", daemon=True)
+    worker = threading.Thread(target=run, name=f"reward {get_callable_name(func)}", daemon=True)
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
@@ -62,7 +60,7 @@ def bounded_reward(
     """Return `func` (TRL's reward signature) with its failures handled as the module says."""
     if errors not in REWARD_ERRORS:
         raise ValueError(f"reward_errors must be one of {REWARD_ERRORS}, got {errors!r}")
-    name = _name(func)
+    name = get_callable_name(func)  # TRL's name for it, kept on the wrapper for its metrics
 
     def call(kwargs: dict[str, Any]) -> Any:
         try:
@@ -107,4 +105,5 @@ def bounded_reward(
             count(failed)
         return values
 
+    wrapped.__name__ = name  # a callable instance or a partial has no `__name__` for functools.wraps to copy
     return wrapped
