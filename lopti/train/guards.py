@@ -49,6 +49,11 @@ def excerpt(completion: Any, limit: int = 60) -> str:
     return repr(text[:limit] + ("…" if len(text) > limit else ""))
 
 
+def one_sample(kwargs: dict[str, Any], index: int, size: int) -> dict[str, Any]:
+    """Return a reward call's keyword arguments for one sample: each per-sample list cut to its `index`th entry."""
+    return {k: v[index : index + 1] if isinstance(v, list) and len(v) == size else v for k, v in kwargs.items()}
+
+
 def _reward_name(func: Any) -> str:
     return get_callable_name(func)  # TRL's: its metrics name each reward `rewards/<name>/...`
 
@@ -75,10 +80,7 @@ def explain_reward_errors(
             raise
         except Exception as error:
             for index in range(len(completions)):
-                one = {
-                    k: v[index : index + 1] if isinstance(v, list) and len(v) == len(completions) else v
-                    for k, v in kwargs.items()
-                }
+                one = one_sample(kwargs, index, len(completions))
                 try:
                     func(prompts=prompts[index : index + 1], completions=completions[index : index + 1], **one)
                 except Exception as sample_error:

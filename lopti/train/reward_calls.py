@@ -19,7 +19,7 @@ from typing import Any
 from trl.trainer.utils import get_callable_name
 
 from lopti.errors import TrainingStopped
-from lopti.train.guards import excerpt
+from lopti.train.guards import excerpt, one_sample
 
 REWARD_ERRORS = ("stop", "skip")
 
@@ -44,11 +44,6 @@ def _call_within(func: Callable[..., Any], timeout: float, kwargs: dict[str, Any
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
-
-
-def _sample(kwargs: dict[str, Any], index: int, size: int) -> dict[str, Any]:
-    """Return the keyword arguments of one sample: each per-sample list cut to its `index`th entry."""
-    return {k: v[index : index + 1] if isinstance(v, list) and len(v) == size else v for k, v in kwargs.items()}
 
 
 def bounded_reward(
@@ -83,7 +78,7 @@ def bounded_reward(
         values: list[float | None] = []
         size, failed = len(completions), 0
         for index in range(size):
-            one = _sample(dict(prompts=prompts, completions=completions, **kwargs), index, size)
+            one = one_sample(dict(prompts=prompts, completions=completions, **kwargs), index, size)
             try:
                 values += call(one)
             except TrainingStopped:

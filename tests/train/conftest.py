@@ -27,6 +27,18 @@ def kk_prompts():
     return dataset.map(lambda row: {"prompt": row["prompt"][0]["content"]})
 
 
+def save_seeded(model_class, config, tokenizer, folder):
+    """Build `model_class(config)` from seed 0, make it stop and pad with the tokenizer's tokens, save both to
+    `folder` and return it."""
+    torch.manual_seed(0)
+    model = model_class(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_moe_model_dir(tiny_model_dir, tmp_path_factory):
     """Return a tiny Qwen3-MoE (4 experts, 2 per token) with the tiny tokenizer and a router loss coefficient large
@@ -41,13 +53,7 @@ def tiny_moe_model_dir(tiny_model_dir, tmp_path_factory):
         max_position_embeddings=1024, tie_word_embeddings=True, router_aux_loss_coef=0.5,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = Qwen3MoeForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_seeded(Qwen3MoeForCausalLM, config, tokenizer, folder)
 
 
 @pytest.fixture(scope="session")
@@ -63,10 +69,4 @@ def tiny_hybrid_model_dir(tiny_model_dir, tmp_path_factory):
         num_key_value_heads=2, layer_types=["conv", "full_attention"], max_position_embeddings=1024,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = Lfm2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_seeded(Lfm2ForCausalLM, config, tokenizer, folder)
