@@ -57,6 +57,14 @@ class RunConfig(TaskData):
     eval_temperature: float = field(
         default=1.0, metadata={"help": "Temperature of the sampled evaluation.", "above": 0}
     )
+    eval_sampled_prompts: int = field(
+        default=0,
+        metadata={
+            "help": "With eval_samples: sample on the first this many held-out prompts only (the sampled "
+            "evaluation costs eval_samples greedy ones per prompt); 0 = all of them.",
+            "min": 0,
+        },
+    )
 
 
 # Bounds of TRL / transformers fields (ours carry theirs in the field metadata): out of them, these failed late

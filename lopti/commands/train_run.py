@@ -184,17 +184,18 @@ def held_out_eval(
     rows = list(trainer.lopti_eval_rows)
     task = get_task(run.task)
     evaluate = functools.partial(
-        evaluate_rows, trainer.model, trainer.processing_class, rows, task.judge, task.group,
+        evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
         max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
     )  # fmt: skip
+    sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
     model = trainer.accelerator.unwrap_model(trainer.model)
     fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
 
     def compute() -> tuple[dict, dict | None]:
         with fast_generation(model) if fast else contextlib.nullcontext():
-            greedy = evaluate()
+            greedy = evaluate(rows=rows)
             return greedy, evaluate(
-                samples=run.eval_samples, temperature=run.eval_temperature
+                rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature
             ) if run.eval_samples > 1 else None
 
     (result, sampled), reused = remembered(cache_key, compute)
@@ -219,7 +220,8 @@ def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
         return None
     settings = {
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
-        "temperature": run.eval_temperature, "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path,
+        "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
+        "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path,
     }  # fmt: skip
     return evaluation_key(trainer.lopti_model_path, list(trainer.lopti_eval_rows), settings)
 

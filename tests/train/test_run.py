@@ -124,15 +124,16 @@ def test_lora_run_saves_an_adapter(settings):
     assert json.loads((run_dir / "final" / "adapter_config.json").read_text())["r"] == 4
 
 
-def test_evaluate_before_and_after_writes_a_report(settings):
-    run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2, "eval_samples": 3})
+def test_evaluate_before_and_after_writes_a_report_sampling_the_first_prompts(settings):
+    run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2, "eval_samples": 3,
+                     "eval_sampled_prompts": 3})  # fmt: skip
     before = json.loads((run_dir / "eval_before.json").read_text())
     assert before["overall"]["n"] == 4 and before["group"] == "people" and set(before["per_group"]) == {"3"}
     report = (run_dir / "report.md").read_text()
     assert "| 3 | 4 |" in report and "accuracy before" in report and "Wall time" in report
     sampled = json.loads((run_dir / "eval_after_sampled.json").read_text())
-    assert (sampled["samples"], sampled["temperature"], sampled["overall"]["n"]) == (3, 1.0, 4)
-    assert "3 samples per prompt at T=1.0" in report and "| 3 | " in report.split("pass@3 before")[1]
+    assert (sampled["samples"], sampled["temperature"], sampled["overall"]["n"]) == (3, 1.0, 3)
+    assert "3 samples per prompt at T=1.0" in report and "| 3 | 3 |" in report.split("samples per prompt")[1]
 
 
 def untouched(run_dir):
