@@ -204,7 +204,8 @@ def held_out_eval(
     if sampled is not None:
         if saving:
             write_atomic(sampled_path(out), json.dumps(sampled, indent=1))
-        message += f", {100 * sampled['overall']['accuracy']:.1f}% sampled (T={run.eval_temperature})"
+        subset = f", first {len(sampled_rows)} prompts" if len(sampled_rows) < len(rows) else ""
+        message += f", {100 * sampled['overall']['accuracy']:.1f}% sampled (T={run.eval_temperature}{subset})"
     if saving:
         write_atomic(out, json.dumps(result, indent=1))
     if sampled is not None:
