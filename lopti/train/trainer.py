@@ -5,9 +5,10 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 - `_calculate_rewards`: remembers the rewards, for lopti's advantage estimators;
 - `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
-  surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
-  only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance ratios,
-  the MoE router loss, logging.
+  surrogate with optional dual clip, or CISPO's or SAPO's, KL and entropy masked to the phase's tokens); the method
+  keeps only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance
+  ratios, the MoE router loss, logging. With lopti's loss features off, a TRL loss option beyond the loss types
+  grpo, bnpo, dr_grpo and dapo gets GRPOTrainer's own `_compute_loss` (`LoptiGRPOConfig.trl_computes_loss`).
 Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
 Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
 head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs, and `training_step` hands each
@@ -117,8 +118,8 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
-    no `token_credit` and `advantage_estimator=None` it trains like GRPOTrainer: exactly with
-    `cpu_fast_path=False`, to float rounding with it (docs/trainer.md).
+    no `token_credit` and `advantage_estimator=None` it trains like GRPOTrainer, whatever TRL loss options are set:
+    exactly with `cpu_fast_path=False`, to float rounding with it (docs/trainer.md).
 
     `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
     `step(context) -> TokenCredit`, a list of them, or a {name: step} mapping; they run after AR, Lopti
@@ -146,7 +147,6 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         problems = args.trl_option_problems(credit_steps=bool(token_credit))
         if problems:
             raise ValueError("LoptiGRPOTrainer(token_credit=...): " + "; ".join(problems))
-        # With lopti's loss features off, TRL options that only GRPOTrainer's loss computes get that loss itself.
         self._trl_loss = args.trl_computes_loss(credit_steps=bool(self._credit_steps))
         self._surrogate = self._make_surrogate(args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
@@ -260,7 +260,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         return split_seed(self.args.seed, rl_step, slot, self.accelerator.process_index)
 
     # --- TRL override 3: the loss is lopti.core's objective; what stays here is TRL's plumbing. With lopti's loss
-    # features off, an option only GRPOTrainer's own loss computes (LoptiGRPOConfig.trl_computes_loss) gets that loss.
+    # features off, a TRL loss option beyond grpo/bnpo/dr_grpo/dapo gets GRPOTrainer's own loss (trl_computes_loss).
     def _compute_loss(self, model, inputs):
         if self._trl_loss:
             return self._trl_compute_loss(model, inputs)
