@@ -27,7 +27,7 @@ from lopti.core.isolation import (
     split_seed,
 )
 from lopti.core.kl import KL_ESTIMATORS, kl_penalty
-from lopti.core.loss import clipped_policy_loss
+from lopti.core.loss import cispo_policy_loss, clipped_policy_loss, sapo_policy_loss
 from lopti.core.objective import ObjectiveTerms, token_objective
 from lopti.core.reweight import ar_weights, reweight_advantages
 
@@ -46,6 +46,7 @@ __all__ = [
     "aggregate_loss",
     "ar_credit",
     "ar_weights",
+    "cispo_policy_loss",
     "clipped_policy_loss",
     "combine_credit",
     "credit_problems",
@@ -67,6 +68,7 @@ __all__ = [
     "reinforce_pp_baseline_advantages",
     "reweight_advantages",
     "rloo_advantages",
+    "sapo_policy_loss",
     "split_seed",
     "token_advantages",
     "token_objective",

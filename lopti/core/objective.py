@@ -5,7 +5,8 @@ For a micro-batch of responses sampled from π_old, with per-token advantages Â
     w_t   = α·π_old(o_t) + (1 − α)                               AR weights, detached (§4)
     A_t   = w_t·Â_t·[t ∈ P]    P = the phase's tokens (Lopti, §5), every response token otherwise
     ℓ_t   = max(−A_t·r_t, −A_t·clip(r_t, 1 − ε_low, 1 + ε_high)), r_t = π_θ/π_old,
-            capped at −c·A_t where A_t < 0 (dual clip, §2)
+            capped at −c·A_t where A_t < 0 (dual clip, §2); or another per-token `surrogate` of A_t
+            (TRL's CISPO and SAPO: `lopti.core.loss`)
     KL_t  = k3(π_θ ‖ π_ref)·[t ∈ P]                               each token pays its KL in one phase
     H     = Σ_t H_t·[t ∈ P] / #response tokens                  entropy bonus, the policy's denominator
     L     = Σ_t (ℓ_t + β·KL_t) / #response tokens − c_H·H        the paper's token-mean
@@ -23,7 +24,7 @@ importance ratios).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +37,11 @@ from lopti.core.kl import KLEstimator, kl_penalty
 from lopti.core.loss import clipped_policy_loss
 
 BUILT_IN_STEPS = ("ar", "lopti")
+
+# (log-probs, old log-probs, per-token advantages, response mask) → (per-token loss, detached metrics)
+Surrogate = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]
+]
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ def token_objective(
     entropies: torch.Tensor | None = None,
     entropy_bonus: bool = True,
     credit: Mapping[str, CreditStep] | None = None,
+    surrogate: Surrogate | None = None,
 ) -> ObjectiveTerms:
     """Return the objective's per-token terms for (B, T) log-probs, advantages and response mask.
 
@@ -81,7 +88,8 @@ def token_objective(
     π_old < `eta` in `order`) gets advantages, KL and entropy; `split` `random` draws groups of the same
     sizes with `split_seed`, `none` gives every token to both phases (the controls of `lopti_credit`).
     α = 0, no phase and no `credit` give plain GRPO. `credit` maps names to further credit steps,
-    applied after AR and Lopti in order.
+    applied after AR and Lopti in order. `surrogate` replaces the clipped surrogate (and so the ε and
+    dual clip) with another per-token loss of the credited advantages A_t.
     `entropies` feed the steps that need them and, with `entropy_bonus`, the entropy term H.
     """
     if phase not in (None, 0, 1):
@@ -99,7 +107,12 @@ def token_objective(
     counted = valid if combined.drop is None else valid & ~combined.drop
     kept = counted if combined.keep is None else counted & combined.keep
     isolated = reweighted if combined.keep is None else isolate_advantages(reweighted, combined.keep)
-    policy, metrics = clipped_policy_loss(logprobs, old_logprobs, isolated, response_mask, eps_low, eps_high, dual_clip)
+    if surrogate is None:
+        policy, metrics = clipped_policy_loss(
+            logprobs, old_logprobs, isolated, response_mask, eps_low, eps_high, dual_clip
+        )
+    else:
+        policy, metrics = surrogate(logprobs, old_logprobs, isolated, response_mask)
     if combined.penalty is not None:
         policy = policy + combined.penalty * kept.to(policy.dtype)
     if combined.drop is not None:

@@ -14,8 +14,11 @@ from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
 from lopti.errors import UserError
 from lopti.train.guards import GROWTH_LIMIT
 
-# TRL loss types whose aggregation lopti reproduces; the others change the surrogate itself.
+# TRL loss types that lopti's objective computes exactly as GRPOTrainer does, whatever lopti's settings.
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# TRL loss types that lopti's objective also computes, so that they compose with AR, Lopti and the KL estimators
+# (docs/trainer.md): LUSPO with the clipped surrogate, CISPO and SAPO with their own per-token surrogates.
+COMPOSING_LOSS_TYPES = ("luspo", "cispo", "sapo")
 
 
 @dataclass
@@ -229,28 +232,89 @@ class LoptiGRPOConfig(GRPOConfig):
             problems.append(f"max_nonfinite_losses must be ≥ 1, got {self.max_nonfinite_losses}")
         if self.max_weight_growth is not None and not self.max_weight_growth > 1.0:
             problems.append(f"max_weight_growth must be > 1 or None (no check), got {self.max_weight_growth}")
-        if self.loss_type not in SUPPORTED_LOSS_TYPES:
-            problems.append(f"loss_type {self.loss_type!r} is not supported; use one of {SUPPORTED_LOSS_TYPES}")
-        if self.importance_sampling_level != "token":
-            problems.append("importance_sampling_level='sequence' is not supported (AR and Lopti act per token)")
-        if self.delta is not None:
-            problems.append(f"delta={self.delta} is TRL's two-sided clip; set dual_clip={self.delta} instead")
-        if self.top_entropy_quantile < 1.0:
-            problems.append(
-                f"top_entropy_quantile < 1 is not supported; use token_credit=['high_entropy'] with "
-                f"token_credit_kwargs={{'high_entropy': {{'rho': {self.top_entropy_quantile}}}}} instead"
-            )
         if not isinstance(self.token_credit_kwargs, dict):
             problems.append(f"token_credit_kwargs must map preset names to constants, got {self.token_credit_kwargs!r}")
         else:
             problems += credit_problems(self.token_credit, self.token_credit_kwargs, self.ar_alpha)
-        if self.off_policy_mask_threshold is not None:
-            problems.append("off_policy_mask_threshold is not supported; leave it None")
-        if self.use_adaptive_entropy:
-            problems.append("use_adaptive_entropy is not supported; use a fixed entropy_coef")
+        problems += self.trl_option_problems()
         if self.lopti:
             problems += self._lopti_schedule_problems()
         return problems
+
+    def lopti_loss_features(self, credit_steps: bool = False) -> list[str]:
+        """Return lopti's settings that change the loss from GRPOTrainer's, as `name=value`; `credit_steps`: the
+        trainer was given credit steps of its own. `advantage_estimator` is not one: it changes the advantages,
+        which GRPOTrainer's loss takes per token as they come."""
+        features = [f"ar_alpha={self.ar_alpha}"] if self.ar_alpha > 0 else []
+        features += ["lopti=True"] if self.lopti else []
+        features += ["token_credit"] if self.token_credit or credit_steps else []
+        features += [f"dual_clip={self.dual_clip}"] if self.dual_clip is not None else []
+        features += [f"kl_estimator={self.kl_estimator!r}"] if self.beta != 0.0 and self.kl_estimator != "k3" else []
+        return features
+
+    def trl_computes_loss(self, credit_steps: bool = False) -> bool:
+        """Return True when GRPOTrainer's own `_compute_loss` computes the loss: lopti's loss features are off and a
+        TRL option asks for more than the loss types lopti's objective computes exactly as TRL does."""
+        asks_more = self.loss_type not in SUPPORTED_LOSS_TYPES or bool(self._trl_only_options())
+        return asks_more and not self.lopti_loss_features(credit_steps)
+
+    def trl_option_problems(self, credit_steps: bool = False) -> list[str]:
+        """Return one line per TRL loss option that does not compose with lopti's loss features, saying why."""
+        features = self.lopti_loss_features(credit_steps)
+        if not features:
+            return []
+        problems = [f"{option} does not compose with {', '.join(features)}: {why}"
+                    for option, why in self._trl_only_options().items()]  # fmt: skip
+        if self.loss_type in ("cispo", "sapo"):
+            if self.dual_clip is not None:
+                problems.append(
+                    f"loss_type={self.loss_type!r} does not compose with dual_clip: the dual clip caps the clipped "
+                    "surrogate's ratio, which this loss type replaces with its own bound"
+                )
+            if self.token_credit or credit_steps:
+                problems.append(
+                    f"loss_type={self.loss_type!r} does not compose with token_credit: credit steps are given the "
+                    "clipped surrogate's ε (clip_cov selects by its clip); use loss_type "
+                    f"{' or '.join(repr(name) for name in (*SUPPORTED_LOSS_TYPES, 'luspo'))}"
+                )
+        elif self.loss_type not in (*SUPPORTED_LOSS_TYPES, *COMPOSING_LOSS_TYPES, "vespo"):
+            problems.append(f"loss_type {self.loss_type!r} is not one lopti's objective computes")
+        return problems
+
+    def _trl_only_options(self) -> dict[str, str]:
+        """Return {option: why lopti's objective cannot compute it} for each TRL option set that only
+        GRPOTrainer's own loss computes."""
+        options = {}
+        if self.loss_type == "vespo":
+            options["loss_type='vespo'"] = (
+                "VESPO weighs each response by a gamma function of its whole-sequence ratio, a term lopti's per-token "
+                "objective does not have"
+            )
+        if self.importance_sampling_level != "token":
+            options[f"importance_sampling_level={self.importance_sampling_level!r}"] = (
+                "all tokens of a response share its one ratio and clip, so AR's per-token weights act as one weight "
+                "per response and Lopti's split does not keep the other tokens' gradients out"
+            )
+        if self.delta is not None:
+            options[f"delta={self.delta}"] = (
+                f"lopti's objective has TRL's two-sided clip as its dual clip: set dual_clip={self.delta} instead "
+                "(the same loss where delta > 1 + epsilon_high)"
+            )
+        if self.top_entropy_quantile < 1.0:
+            options[f"top_entropy_quantile={self.top_entropy_quantile}"] = (
+                f"use lopti's entropy mask, token_credit=['high_entropy'] with "
+                f"token_credit_kwargs={{'high_entropy': {{'rho': {self.top_entropy_quantile}}}}}, instead"
+            )
+        if self.off_policy_mask_threshold is not None:
+            options[f"off_policy_mask_threshold={self.off_policy_mask_threshold}"] = (
+                "TRL drops responses by their sequence-level KL inside its own loss, which lopti's objective replaces"
+            )
+        if self.use_adaptive_entropy:
+            options["use_adaptive_entropy=True"] = (
+                "TRL's entropy controller runs inside its own loss, which lopti's objective replaces; use a fixed "
+                "entropy_coef"
+            )
+        return options
 
     def _update_quality_problems(self) -> list[str]:
         if self.update_quality_every < 0:

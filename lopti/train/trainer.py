@@ -5,9 +5,10 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
 - `_calculate_rewards`: remembers the rewards, for lopti's advantage estimators;
 - `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
-  surrogate with optional dual clip, KL and entropy masked to the phase's tokens); the method keeps
-  only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance ratios,
-  the MoE router loss, logging.
+  surrogate with optional dual clip, or CISPO's or SAPO's, KL and entropy masked to the phase's tokens); the method
+  keeps only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance
+  ratios, the MoE router loss, logging. With lopti's loss features off, a TRL loss option beyond the loss types
+  grpo, bnpo, dr_grpo and dapo gets GRPOTrainer's own `_compute_loss` (`LoptiGRPOConfig.trl_computes_loss`).
 Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
 Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
 head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs, and `training_step` hands each
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,16 +31,18 @@ from lopti.core import (
     CreditStep,
     NonFiniteError,
     aggregate_loss,
+    cispo_policy_loss,
     lopti_phase,
     low_prob_mask,
     make_credit_steps,
+    sapo_policy_loss,
     split_seed,
     token_advantages,
     token_objective,
 )
 from lopti.core.bound import logit_grad_norm_from_sum_sq
 from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
-from lopti.core.objective import BUILT_IN_STEPS, credit_shares
+from lopti.core.objective import BUILT_IN_STEPS, Surrogate, credit_shares
 from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.fast_path import CpuFastPath
@@ -62,7 +66,12 @@ AGGREGATION_OF_LOSS_TYPE = {
     "bnpo": "token-mean",
     "dr_grpo": "seq-mean-token-sum-norm",
     "dapo": "token-mean",
+    "luspo": "seq-mean-token-sum",
+    "cispo": "token-mean",
+    "sapo": "seq-mean-token-mean",
 }
+# Loss types that TRL normalises over the tokens of the whole accumulation window, not per micro-batch.
+WINDOW_NORMALISED_LOSS_TYPES = ("dapo", "cispo")
 
 
 def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None) -> dict[str, CreditStep]:
@@ -82,6 +91,22 @@ def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep]
     return named
 
 
+def _loss_mask(inputs: dict) -> torch.Tensor:
+    """Return the completion tokens the loss counts, as TRL counts them (tool outputs left out)."""
+    mask = inputs["completion_mask"]
+    return mask if "tool_mask" not in inputs else mask * inputs["tool_mask"]
+
+
+def _old_logps_and_advantages(inputs: dict, logps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return π_old's log-probs and (B, T) advantages of a micro-batch whose loss pass gave `logps`.
+
+    On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones."""
+    old_logps = inputs.get("old_per_token_logps")
+    old_logps = logps.detach() if old_logps is None else old_logps
+    advantages = inputs["advantages"]
+    return old_logps, advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
+
+
 def untied_missing_keys(model: torch.nn.Module, missing: list[str]) -> list[str]:
     """Return the keys of `missing` whose tensor is not also the tensor of a key that was loaded (a tied weight)."""
     tensors = model.state_dict(keep_vars=True)
@@ -93,8 +118,8 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
-    no `token_credit` and `advantage_estimator=None` it trains like GRPOTrainer: exactly with
-    `cpu_fast_path=False`, to float rounding with it (docs/trainer.md).
+    no `token_credit` and `advantage_estimator=None` it trains like GRPOTrainer, whatever TRL loss options are set:
+    exactly with `cpu_fast_path=False`, to float rounding with it (docs/trainer.md).
 
     `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
     `step(context) -> TokenCredit`, a list of them, or a {name: step} mapping; they run after AR, Lopti
@@ -119,6 +144,11 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             if name in self._credit_steps or name in BUILT_IN_STEPS:
                 raise ValueError(f"token_credit: a credit step named {name!r} is already in use; pass a dict to rename")
             self._credit_steps[name] = step
+        problems = args.trl_option_problems(credit_steps=bool(token_credit))
+        if problems:
+            raise ValueError("LoptiGRPOTrainer(token_credit=...): " + "; ".join(problems))
+        self._trl_loss = args.trl_computes_loss(credit_steps=bool(self._credit_steps))
+        self._surrogate = self._make_surrogate(args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
         bounded = [  # an async reward is awaited by TRL: the raise and time limits apply to sync ones
@@ -133,6 +163,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         self._log_sum_sq = LogSumSqCapture(self.model, self.temperature, self.args.cast_lm_head_to_fp32)
         self._log_sum_sq_probs: torch.Tensor | None = None  # of the latest log-prob pass, None if unavailable
         self._training_logps: torch.Tensor | None = None  # of the latest pass with gradients (the loss's)
+        self._latest_logps: torch.Tensor | None = None  # of the latest log-prob pass (the loss's, in `_compute_loss`)
         self._update_quality = UpdateQuality(self) if args.update_quality_every > 0 else None
         if self._update_quality is not None:
             self.add_callback(self._update_quality)
@@ -154,6 +185,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             return logps, entropies, aux_loss
         # the reference model has no capture: nothing is collected, and the (1 − π) bound is the fallback
         self._log_sum_sq_probs = self._log_sum_sq.result(parts, len(logps), logits_to_keep)
+        self._latest_logps = logps.detach()
         if logps.requires_grad:
             self._training_logps = logps.detach()
         return logps, entropies, aux_loss
@@ -227,21 +259,20 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         slot = self._step % self.args.steps_per_generation
         return split_seed(self.args.seed, rl_step, slot, self.accelerator.process_index)
 
-    # --- TRL override 3: the loss is lopti.core's objective; what stays here is TRL's plumbing.
+    # --- TRL override 3: the loss is lopti.core's objective; what stays here is TRL's plumbing. With lopti's loss
+    # features off, a TRL loss option beyond grpo/bnpo/dr_grpo/dapo gets GRPOTrainer's own loss (trl_computes_loss).
     def _compute_loss(self, model, inputs):
+        if self._trl_loss:
+            return self._trl_compute_loss(model, inputs)
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        mask = _loss_mask(inputs)
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
             compute_aux_loss=self.aux_loss_enabled, **{name: inputs.get(name) for name in EXTRA_FORWARD_INPUTS},
         )  # fmt: skip
-        # On-policy (one pass, aligned steps) TRL skips the old log-probs: they equal the current ones.
-        old_logps = inputs.get("old_per_token_logps")
-        old_logps = logps.detach() if old_logps is None else old_logps
-        advantages = inputs["advantages"]
-        advantages = advantages[:, None].expand_as(logps) if advantages.dim() == 1 else advantages
+        old_logps, advantages = _old_logps_and_advantages(inputs, logps)
         phase = self.lopti_phase() if self.args.lopti else None
         try:
             terms = self._objective(logps, old_logps, advantages, mask, phase, entropies, inputs)
@@ -264,7 +295,7 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         if any(credit.drop is not None for credit in terms.credit.values()) and not counted.any():
             counted = mask
         policy_loss = self._aggregate(per_token, counted, inputs)
-        loss = policy_loss if self.loss_type == "dapo" else policy_loss / self._accumulation()
+        loss = policy_loss if self.loss_type in WINDOW_NORMALISED_LOSS_TYPES else policy_loss / self._accumulation()
         if terms.entropy is not None:
             loss = loss - self.args.entropy_coef * (terms.entropy / self._accumulation())
         if self.aux_loss_enabled:  # TRL's MoE load-balancing loss, scaled for accumulation as TRL scales it
@@ -273,6 +304,27 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         self._log_step_metrics(logps, old_logps, entropies, mask, terms, policy_loss.detach(), phase, kl, aux_loss)
         self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
         return loss
+
+    def _trl_compute_loss(self, model, inputs):
+        """Return GRPOTrainer's own loss, with its metrics, and log lopti's probability metrics of the same pass
+        (on TRL's advantages, which no lopti feature reweights); a non-finite loss is guarded as lopti's is."""
+        loss = super()._compute_loss(model, inputs)
+        logps = self._latest_logps
+        old_logps, advantages = _old_logps_and_advantages(inputs, logps)
+        mask = _loss_mask(inputs)
+        self._log_probability_metrics(logps, old_logps, mask, mask.bool(), advantages, None)
+        return self._guard_nonfinite(loss, logps)
+
+    @staticmethod
+    def _make_surrogate(args: LoptiGRPOConfig) -> Surrogate | None:
+        """Return the per-token surrogate of `loss_type` for lopti's objective; None: the clipped one."""
+        if args.loss_type == "cispo":  # TRL's ε_max is epsilon_high
+            return partial(cispo_policy_loss, max_ratio=args.epsilon_high)
+        if args.loss_type == "sapo":
+            return partial(
+                sapo_policy_loss, temperature_pos=args.sapo_temperature_pos, temperature_neg=args.sapo_temperature_neg
+            )
+        return None
 
     def _objective(self, logps, old_logps, advantages, mask, phase, entropies, inputs):
         """Return lopti.core's per-token objective terms for one micro-batch under this config."""
@@ -295,16 +347,18 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
             entropies=entropies,
             entropy_bonus=self.args.entropy_coef != 0.0,
             credit=self._credit_steps,
+            surrogate=self._surrogate,
         )
 
     def _accumulation(self) -> float:
         return self.current_gradient_accumulation_steps if self.model.training else 1.0
 
     def _aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict) -> torch.Tensor:
-        """Return the policy loss normalised exactly as TRL normalises its `loss_type`: `dapo` over the tokens of
-        the accumulation window, the others over this micro-batch (the caller divides by the accumulation)."""
+        """Return the policy loss normalised exactly as TRL normalises its `loss_type`: `dapo` and `cispo` over the
+        tokens of the accumulation window, the others over this micro-batch (the caller divides by the accumulation).
+        """
         mode = AGGREGATION_OF_LOSS_TYPE[self.loss_type]
-        if self.loss_type == "dapo":
+        if self.loss_type in WINDOW_NORMALISED_LOSS_TYPES:
             num_tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if self.model.training:
                 num_tokens = num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
@@ -333,9 +387,6 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
 
         metrics = self._metrics[mode]
         metrics["entropy"].append(mean_of(entropies))
-        metrics["lopti/low_prob_token_share"].append(
-            mean_of(low_prob_mask(old_logps, mask, self.args.lopti_eta).float())
-        )
         if self.args.ar_alpha > 0:
             metrics["ar/weight_mean"].append(mean_of(terms.credit["ar"].weights))
         for key, values in credit_shares(terms.credit, valid).items():
@@ -365,6 +416,8 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         the mean |log π − log π_old| of the phase-1 and the phase-2 tokens: what phase 1 moved.
         """
         metrics = self._metrics["train" if self.model.training else "eval"]
+        low = low_prob_mask(old_logps, mask, self.args.lopti_eta).float()
+        metrics["lopti/low_prob_token_share"].append(self._gathered_mean(low, mask.bool()))
         edges = self.args.probability_buckets
         labels = bucket_labels(edges)
         index = probability_buckets(old_logps, mask, edges)

@@ -1,7 +1,9 @@
+import math
+
 import pytest
 import torch
 
-from lopti.core import aggregate_loss, clipped_policy_loss
+from lopti.core import aggregate_loss, cispo_policy_loss, clipped_policy_loss, sapo_policy_loss
 
 
 def _loss(ratio, adv, **kwargs):
@@ -72,3 +74,26 @@ def test_bad_arguments():
         clipped_policy_loss(zeros, zeros, zeros, torch.ones(1, 1), dual_clip=0.5)
     with pytest.raises(ValueError, match="response_mask selects no token"):
         clipped_policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2))
+
+
+def test_cispo_caps_and_detaches_the_ratio():
+    """r = 2 capped at ε_max = 1.5: loss −1.5·Â·log π, gradient −1.5·Â on log π (the ratio carries none)."""
+    logprobs = torch.tensor([[0.5, 0.25]]).log().requires_grad_()
+    old = logprobs.detach() - torch.tensor([[2.0, 1.0]]).log()  # r = 2, then 1
+    loss, metrics = cispo_policy_loss(logprobs, old, torch.tensor([[1.0, -2.0]]), torch.ones(1, 2), max_ratio=1.5)
+    loss.sum().backward()
+    torch.testing.assert_close(loss.detach(), torch.tensor([[-1.5 * math.log(0.5), 2.0 * math.log(0.25)]]))
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.5, 2.0]]))
+    assert metrics["cispo_clip_frac"] == pytest.approx(0.5)
+
+
+def test_sapo_gate_is_the_advantage_on_policy_and_fades_off_it():
+    """r = 1: loss −(4/τ)·σ(0)·Â = −2Â/τ and gradient −Â on log π; far from 1 the gradient vanishes."""
+    logprobs = torch.tensor([[-1.0, -1.0, -1.0]], requires_grad=True)
+    old = logprobs.detach() - torch.tensor([[0.0, 0.0, 3.0]])  # r = 1, 1, e³
+    advantages = torch.tensor([[1.0, -1.0, 1.0]])
+    loss, _ = sapo_policy_loss(logprobs, old, advantages, torch.ones(1, 3), temperature_pos=1.0, temperature_neg=2.0)
+    loss.sum().backward()
+    assert loss[0, :2].tolist() == pytest.approx([-2.0, 1.0])
+    assert logprobs.grad[0, :2].tolist() == pytest.approx([-1.0, 1.0])
+    assert abs(logprobs.grad[0, 2].item()) < 0.01

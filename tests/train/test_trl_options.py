@@ -1,0 +1,191 @@
+"""TRL's loss options beyond the four loss types lopti's objective has always computed: with lopti's loss features
+off each trains as GRPOTrainer trains; with them on it composes as docs/trainer.md states, or the config says why not.
+"""
+
+import pytest
+import torch
+from test_trainer import EXACT, FAST_PATH, logged, make, one_batch
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+
+from lopti.core import CreditContext, TokenCredit
+from lopti.train.config import LoptiGRPOConfig
+from lopti.train.trainer import LoptiGRPOTrainer
+
+# Logged keys that measure time, not training.
+TIMINGS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "step_time"}
+
+TRL_OPTIONS = {
+    "cispo+two-passes": dict(loss_type="cispo", epsilon_high=1.1, num_iterations=2),
+    "sapo+two-passes": dict(loss_type="sapo", num_iterations=2),
+    "luspo+sequence": dict(loss_type="luspo", importance_sampling_level="sequence", num_iterations=2),
+    "vespo+two-passes": dict(loss_type="vespo", num_iterations=2),
+    "sequence-ratio": dict(importance_sampling_level="sequence", num_iterations=2),
+    "delta+two-passes": dict(delta=1.05, epsilon=0.01, num_iterations=2),
+    "adaptive-entropy": dict(use_adaptive_entropy=True, entropy_coef=0.05, entropy_target=100.0),
+    "top-entropy": dict(top_entropy_quantile=0.5),
+    "off-policy-mask": dict(off_policy_mask_threshold=1e-4, num_iterations=2),
+}
+
+
+def assert_trains_like_grpo(plain, ours, tolerance):
+    """Assert the same rollouts, every metric GRPOTrainer logs (losses included) and the final weights."""
+    assert logged(ours, "num_tokens") == logged(plain, "num_tokens")
+    lines = [(p, o) for p, o in zip(plain.state.log_history, ours.state.log_history, strict=True) if "loss" in p]
+    assert len(lines) == 2
+    for trl_line, lopti_line in lines:
+        for key in trl_line.keys() - TIMINGS:
+            assert lopti_line[key] == pytest.approx(trl_line[key], abs=tolerance["loss"]), key
+    for p, q in zip(plain.model.parameters(), ours.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, atol=tolerance["weights"], rtol=0)
+
+
+def train_both(folder, prompts, tmp_path, settings, **lopti_settings):
+    plain = make(GRPOTrainer, GRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings)
+    plain.train()
+    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings,
+                **lopti_settings)  # fmt: skip
+    ours.train()
+    return plain, ours
+
+
+@pytest.mark.parametrize("settings", TRL_OPTIONS.values(), ids=TRL_OPTIONS.keys())
+def test_each_option_trains_like_grpo_with_lopti_off(tiny_model_dir, kk_prompts, tmp_path, settings):
+    plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=False)
+    assert ours._trl_loss
+    assert_trains_like_grpo(plain, ours, EXACT)
+    start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    moved = max((p - s).abs().max().item() for p, s in zip(ours.model.parameters(), start.parameters(), strict=True))
+    assert moved > 1e-3, "the comparison needs parameter updates"
+    assert logged(ours, "probs/share_[0.00,0.25)"), "lopti's probability metrics are logged on TRL's loss too"
+
+
+@pytest.mark.parametrize("option", ["cispo+two-passes", "sequence-ratio"])
+def test_the_fast_path_serves_trls_loss(tiny_model_dir, kk_prompts, tmp_path, option):
+    """Two passes with one optimizer step each: the fast path also leaves out the old-log-prob forward."""
+    plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, TRL_OPTIONS[option], cpu_fast_path=True)
+    assert ours._old_from_first_pass
+    assert_trains_like_grpo(plain, ours, FAST_PATH)
+
+
+def test_lopti_advantages_reach_trls_loss(tiny_model_dir, kk_prompts, tmp_path):
+    """advantage_estimator changes only the advantages: lopti's Dr.GRPO ones, per token, give TRL's loss what
+    TRL's own group-centred advantages (scale_rewards='none') give it."""
+    plain = make(GRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2, loss_type="sapo",
+                 scale_rewards="none")  # fmt: skip
+    plain.train()
+    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2,
+                loss_type="sapo", advantage_estimator="dr_grpo", cpu_fast_path=False)  # fmt: skip
+    ours.train()
+    assert ours._trl_loss
+    assert_trains_like_grpo(plain, ours, EXACT)
+
+
+COMPOSING = {
+    "cispo+ar": (dict(loss_type="cispo", epsilon_high=1.05, ar_alpha=0.5), None),
+    "sapo+ar": (dict(loss_type="sapo", ar_alpha=0.5), None),
+    "luspo+ar": (dict(loss_type="luspo", ar_alpha=0.5), None),
+    "cispo+lopti-phase1": (dict(loss_type="cispo", epsilon_high=1.05, lopti=True, num_iterations=2), 0),
+    "sapo+lopti-phase2": (dict(loss_type="sapo", lopti=True, num_iterations=2), 1),
+}
+
+
+@pytest.mark.parametrize(("settings", "phase"), COMPOSING.values(), ids=COMPOSING.keys())
+def test_composing_loss_types_are_trls_surrogate_on_lopti_credited_advantages(
+    peaked_model_dir, kk_prompts, tmp_path, settings, phase
+):
+    """docs/trainer.md: with AR (α = 0.5: w = 0.5·π_old + 0.5) or a Lopti phase (low_first: π_old < η in phase 1,
+    the rest in phase 2) the loss and its gradient are TRL's for the same loss_type, given the per-token
+    advantages w·Â, or Â on the phase's tokens and 0 elsewhere. Old log-probs off the current ones make r ≠ 1."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, **settings)  # fmt: skip
+    assert not trainer._trl_loss
+    batch = one_batch(trainer, kk_prompts)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    shift = torch.linspace(-0.3, 0.3, trainer._latest_logps.numel()).view_as(trainer._latest_logps)
+    batch["old_per_token_logps"] = trainer._latest_logps + shift
+    pi_old = batch["old_per_token_logps"].exp()
+    if phase is None:
+        credit = 0.5 * pi_old + 0.5
+    else:
+        trainer._step = phase * trainer.args.steps_per_generation  # the pass over the batch that is this phase
+        low = (pi_old < trainer.args.lopti_eta).float()
+        credit = low if phase == 0 else 1.0 - low
+        assert 0 < (low * batch["completion_mask"]).sum() < batch["completion_mask"].sum(), "both phases need tokens"
+
+    def loss_and_gradient(compute_loss, inputs):
+        trainer.model.zero_grad()
+        loss = compute_loss(trainer.model, inputs)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in trainer.model.parameters()]
+
+    lopti_loss, lopti_grads = loss_and_gradient(trainer._compute_loss, batch)
+    credited = {**batch, "advantages": batch["advantages"][:, None] * credit}
+    trl_loss, trl_grads = loss_and_gradient(lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs),
+                                            credited)  # fmt: skip
+    plain_loss, _ = loss_and_gradient(lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs), batch)
+    assert abs(plain_loss - trl_loss) > 1e-3, "the credit must change the loss for the test to see it"
+    assert lopti_loss == pytest.approx(trl_loss, abs=1e-6)
+    for ours, theirs in zip(lopti_grads, trl_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+
+
+def test_cispo_with_ar_and_lopti_trains_both_phases(peaked_model_dir, kk_prompts, tmp_path):
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=2,
+                   loss_type="cispo", epsilon_high=5.0, ar_alpha=0.3, lopti=True, num_iterations=2)  # fmt: skip
+    trainer.train()
+    assert [len(logged(trainer, f"lopti/phase{k}_loss")) for k in (1, 2)] == [1, 1]
+    assert all(torch.isfinite(torch.tensor(logged(trainer, "loss"))))
+    assert logged(trainer, "clip/cispo_clip_frac") and logged(trainer, "ar/weight_mean")[0] < 1.0
+
+
+FEATURES = {
+    "ar": dict(ar_alpha=0.2),
+    "lopti": dict(lopti=True, num_iterations=2),
+    "preset": dict(token_credit=["stapo"]),
+}
+REFUSED = {
+    "vespo": (dict(loss_type="vespo"), "loss_type='vespo' does not compose with .*whole-sequence ratio"),
+    "sequence-ratio": (
+        dict(importance_sampling_level="sequence"),
+        "importance_sampling_level='sequence' does not compose with .*one weight per response",
+    ),
+    "delta": (dict(delta=4.0), "delta=4.0 does not compose with .*set dual_clip=4.0 instead"),
+    "top-entropy": (
+        dict(top_entropy_quantile=0.2),
+        "top_entropy_quantile=0.2 does not compose with .*token_credit=\\['high_entropy'\\] with .*'rho': 0.2",
+    ),
+    "off-policy-mask": (dict(off_policy_mask_threshold=0.5), "off_policy_mask_threshold=0.5 does not compose with"),
+    "adaptive-entropy": (dict(use_adaptive_entropy=True), "use_adaptive_entropy=True does not compose with"),
+}
+
+
+@pytest.mark.parametrize("feature", FEATURES.values(), ids=FEATURES.keys())
+@pytest.mark.parametrize(("option", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_options_that_do_not_compose_are_refused_with_the_reason(tmp_path, feature, option, message):
+    with pytest.raises(ValueError, match=message):
+        LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], **feature, **option)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(loss_type="cispo", dual_clip=3.0), "loss_type='cispo' does not compose with dual_clip"),
+        (dict(loss_type="sapo", token_credit=["high_entropy"]), "loss_type='sapo' does not compose with token_credit"),
+    ],
+)
+def test_own_surrogates_refuse_what_belongs_to_the_clipped_one(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], **settings)
+
+
+def test_the_trainers_own_credit_steps_count_as_a_feature(tiny_model_dir, kk_prompts, tmp_path):
+    def keep_all(context: CreditContext) -> TokenCredit:
+        return TokenCredit(keep=context.response_mask)
+
+    with pytest.raises(ValueError, match="loss_type='vespo' does not compose with token_credit"):
+        LoptiGRPOTrainer(
+            model=str(tiny_model_dir), reward_funcs=[], token_credit=keep_all, train_dataset=kk_prompts,
+            args=LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], loss_type="vespo"),
+        )  # fmt: skip
