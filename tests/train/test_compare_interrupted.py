@@ -50,7 +50,7 @@ def steps(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow  # about 2 minutes on 2 busy cores: 6 tiny runs, each worker imports TRL
+@pytest.mark.slow  # 6 tiny runs, each worker imports TRL: 18 min on 2 cores shared with other training
 def test_a_study_killed_mid_way_finishes_each_run_once_with_the_same_results(tiny_model_dir, tmp_path):
     settings = dict(
         model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=8, eval_puzzles=2,
