@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 import time
@@ -240,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     except NumericalFailure as error:  # the run's numbers, not a setting (the user's mistakes are ValueErrors)
         console.print(f"[bold red]numerical failure:[/] {escape(str(error))}")
         return 1
-    except KeyboardInterrupt:
-        console.print(f"[bold red]{escape(_interrupted(args))}[/]")
+    except KeyboardInterrupt:  # Ctrl-C reaches every process of a distributed launch: rank 0 alone says so
+        if os.environ.get("RANK", "0") == "0":
+            console.print(f"[bold red]{escape(_interrupted(args))}[/]")
         return 130
     except (OSError, RuntimeError) as error:
         message = disk_full_message(error, args.folder, started)

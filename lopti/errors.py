@@ -30,7 +30,8 @@ class NumericalFailure(RuntimeError):
 
 
 class TrainingStopped(RuntimeError):
-    """Training stopped on purpose, before saving a broken state; the message says why and what to change."""
+    """A run (training, or `lopti eval`) stopped on purpose, before saving a broken state; the message says why and
+    what to change."""
 
 
 def check_output_folder(path: str | Path | None, key: str) -> Path:

@@ -189,6 +189,18 @@ def test_ctrl_c_prints_how_to_continue(checkpoint, workspace, tmp_path, monkeypa
         assert "before the first checkpoint was saved; run the same command again" in line
 
 
+def test_ctrl_c_in_a_distributed_launch_is_reported_by_rank_0_only(workspace, tmp_path, monkeypatch, capsys):
+    from lopti.commands import train_run as run_module
+
+    monkeypatch.setattr(run_module, "train", fake_train(["checkpoint-2/trainer_state.json"], KeyboardInterrupt()))
+    lines = []
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        assert main(["train", "--output_dir", str(tmp_path / "run")]) == 130
+        lines.append(capsys.readouterr().err.strip())
+    assert lines[0].startswith("interrupted; continue with: lopti train --resume") and lines[1] == ""
+
+
 def test_full_disk_names_the_file_being_written(workspace, tmp_path, monkeypatch, capsys):
     from lopti.commands import train_run as run_module
 

@@ -47,6 +47,23 @@ class EvalConfig(TaskData):
     )
     batch_size: int = field(default=64, metadata={"help": "Prompts per generate call.", "min": 1})
     seed: int = field(default=0, metadata={"help": "Sampling seed.", "min": 0})
+    reward_errors: Literal["stop", "skip"] = field(
+        default="stop",
+        metadata={
+            "help": "A judge that raises on an answer: stop with one line naming it, the error and the answer; or "
+            "skip: score that answer as wrong and count it (judge_errors). --config takes the run's.",
+            "run_key": "reward_errors",
+        },
+    )
+    reward_timeout: float = field(
+        default=0.0,
+        metadata={
+            "help": "Seconds the judge may take on one answer before the evaluation stops with one line; 0: no "
+            "limit. --config takes the run's.",
+            "min": 0,
+            "run_key": "reward_timeout",
+        },
+    )
     backend: Literal["auto", "hf"] = field(
         default="auto",
         metadata={"help": "auto: vLLM when it is installed and a GPU is present, else 🤗 generate; hf: 🤗 generate."},
@@ -100,17 +117,23 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
             f"| {name} | {stats['n']} | {100 * stats['accuracy']:.1f}% | {passes} | "
             f"{100 * stats['format_error']:.1f}% | {stats['length']:.1f} |"
         )
+    if result.get("judge_errors"):  # an eval.json from before the count has none
+        lines += [
+            "",
+            f"{result['judge_errors']} answer(s) the judge raised on are scored as wrong (reward_errors: skip).",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _stored_settings(stored: dict[str, Any]) -> dict[str, Any]:
     """Return a settings.json record under the current keys: `n` is the held-out size eval_puzzles (then without
-    eval_people), `max_new_tokens` the answer budget eval_max_new_tokens."""
+    eval_people), `max_new_tokens` the answer budget eval_max_new_tokens; a record without the judge's limits was
+    written under their defaults."""
     if "n" in stored:
         stored = {"eval_puzzles": stored.pop("n"), "eval_people": None, **stored}
     if "max_new_tokens" in stored:
         stored = {"eval_max_new_tokens": stored.pop("max_new_tokens"), **stored}
-    return stored
+    return {"reward_errors": "stop", "reward_timeout": 0.0, **stored}
 
 
 def _check_folder(out: Path, config: EvalConfig, claim: bool = False) -> None:
@@ -178,6 +201,8 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
                         config.eval_max_new_tokens,
                         config.batch_size,
                         config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
+                        reward_errors=config.reward_errors,
+                        reward_timeout=config.reward_timeout,
                     )
                     handle.write("".join(json.dumps(r) + "\n" for r in new))
                     handle.flush()

@@ -3,7 +3,9 @@
 With N > 1 each run gets its own spawned process, so no torch state (threads, allocator, RNG) carries over
 from one run to the next, and its own torch thread count, set before torch does any work. A run's output
 goes to a log file in its run folder, since N progress displays would garble one terminal. A failing run
-does not stop the others; the command names every failed run at the end. Ctrl-C ends every worker.
+does not stop the others; the command names every failed run at the end. Ctrl-C ends every worker, and so does
+the command's end by any means, SIGKILL included (`_end_with_the_command`): a worker left training would hold its
+run folder, and the same command run again would train that run a second time next to it.
 
 With N = 1 the runs train one after another in this process (the default), at the same thread
 count, which gives the same results: each run seeds its own RNGs.
@@ -15,6 +17,7 @@ import contextlib
 import multiprocessing
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -67,8 +70,25 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(str(error).split())}".rstrip(": ")
 
 
+def _end_with_the_command() -> None:
+    """End this worker as soon as the process that started it ends, from a daemon thread.
+
+    The command's `finally` ends its workers on any exit it sees, but a SIGKILL runs no code; the parent's
+    sentinel (a pipe the OS closes when that process ends) is what still says so. The worker stops where it is:
+    its run resumes from its last complete checkpoint, as after any other interruption.
+    """
+    sentinel = multiprocessing.parent_process().sentinel
+
+    def watch() -> None:
+        wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="end with the command", daemon=True).start()
+
+
 def _work(job: Job, runner: Runner, report: Connection) -> None:
     """Train one job in a fresh worker process; send a one-line error back if it fails."""
+    _end_with_the_command()
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(job.threads)  # before torch starts
     job.log.parent.mkdir(parents=True, exist_ok=True)
     log = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)

@@ -1,4 +1,9 @@
-"""Held-out scoring: judge generated answers, accuracy per group (people, level), pass@k, format errors, length."""
+"""Held-out scoring: judge generated answers, accuracy per group (people, level), pass@k, format errors, length.
+
+A judge that raises on an answer or outlasts `reward_timeout` stops the evaluation with one line naming it, the
+exception and the answer (`lopti.bounded`, as for training rewards); with `reward_errors: skip` such an answer
+counts as wrong and not well formed, and `judge_errors` says how many there were.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from lopti.bounded import TimeLimitExceeded, call_within, check_reward_errors, over_time, raised_on
 from lopti.evaluation.generation import generate, prompt_text
 from lopti.tasks.completions import ended_properly
 from lopti.tasks.kk.prompts import prefilled_think
@@ -17,6 +23,27 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def bounded_judge(
+    judge: Callable[[str, dict], tuple[bool, bool]], errors: str = "stop", timeout: float = 0.0
+) -> Callable[[str, dict], tuple[bool, bool] | None]:
+    """Return `judge` stopping the run in one line when it raises or outlasts `timeout` seconds (0: no limit), or
+    with `errors="skip"` returning None for an answer it raised on."""
+    check_reward_errors(errors)
+    what = f"judge {getattr(judge, '__name__', type(judge).__name__)!r}"
+
+    def judged(text: str, row: dict) -> tuple[bool, bool] | None:
+        try:
+            return call_within(lambda: judge(text, row), timeout, what)
+        except TimeLimitExceeded:
+            raise over_time(what, timeout, [text]) from None
+        except Exception as error:
+            if errors == "stop":
+                raise raised_on(what, error, text, "wrong") from error
+            return None
+
+    return judged
 
 
 def judge_rows(
@@ -30,20 +57,28 @@ def judge_rows(
     max_new_tokens: int = 64,
     batch_size: int = 64,
     seed: int = 0,
+    *,
+    reward_errors: str = "stop",
+    reward_timeout: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Return one record per row: its id, its `group` value, and per sample: correct, well formed, length.
+    """Return one record per row: its id, its `group` value, per sample: correct, well formed, length, and the
+    number of samples the judge raised on (`judge_errors`, with `reward_errors="skip"`; see the module).
 
     `judge(text, row)` says whether an answer is (correct, well formed); the text includes the prompt's
     pre-filled "<think>". A completion that did not end on its end-of-sequence token is neither.
     """
+    judged = bounded_judge(judge, reward_errors, reward_timeout)
     texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
     completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed)
     records = []
     for row, text_in, outs in zip(rows, texts, completions, strict=True):
         record = {"id": row.get("id"), "group": row[group], "correct": [], "well_formed": [], "length": []}
+        record["judge_errors"] = 0  # samples `judged` returned None for
         for text, ids in outs:
             ended = ended_properly(ids, tokenizer.eos_token_id, tokenizer.pad_token_id)
-            right, well_formed = judge(prefilled_think(text_in) + text, row) if ended else (False, False)
+            verdict = judged(prefilled_think(text_in) + text, row) if ended else (False, False)
+            record["judge_errors"] += verdict is None
+            right, well_formed = verdict or (False, False)
             record["correct"].append(right)
             record["well_formed"].append(well_formed)
             record["length"].append(len(ids))
@@ -52,7 +87,7 @@ def judge_rows(
 
 
 def summarise(records: list[dict[str, Any]], group: str, samples: int, temperature: float) -> dict[str, Any]:
-    """Return metrics per group value and overall from `judge_rows` records.
+    """Return metrics per group value and overall from `judge_rows` records, and the samples the judge raised on.
 
     accuracy = mean over samples (avg@k); pass@k for k = 1 and `samples` (unbiased); format_error = share
     of samples that are not well formed; length = mean completion tokens.
@@ -74,7 +109,9 @@ def summarise(records: list[dict[str, Any]], group: str, samples: int, temperatu
         for name, values in stats.items():
             everything[name] += values
     overall = {name: sum(v) / len(v) for name, v in everything.items()} | {"n": len(records)}
-    return {"group": group, "per_group": table, "overall": overall, "samples": samples, "temperature": temperature}
+    errors = sum(record.get("judge_errors", 0) for record in records)  # a record without the count has none
+    result = {"group": group, "per_group": table, "overall": overall, "samples": samples, "temperature": temperature}
+    return result | {"judge_errors": errors}
 
 
 def evaluate_rows(
@@ -88,7 +125,11 @@ def evaluate_rows(
     max_new_tokens: int = 64,
     batch_size: int = 64,
     seed: int = 0,
+    **limits: Any,
 ) -> dict[str, Any]:
-    """Return metrics per value of `group` (e.g. people, level) and overall: `summarise` of `judge_rows`."""
-    records = judge_rows(model, tokenizer, rows, judge, group, samples, temperature, max_new_tokens, batch_size, seed)
+    """Return metrics per value of `group` (e.g. people, level) and overall: `summarise` of `judge_rows` (whose
+    `reward_errors` and `reward_timeout` `limits` take)."""
+    records = judge_rows(
+        model, tokenizer, rows, judge, group, samples, temperature, max_new_tokens, batch_size, seed, **limits
+    )
     return summarise(records, group, samples, temperature)

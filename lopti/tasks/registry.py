@@ -93,7 +93,8 @@ def _kk_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
     )
 
 
-def _kk_judge(text: str, row: dict) -> tuple[bool, bool]:
+def kk_judge(text: str, row: dict) -> tuple[bool, bool]:
+    """Return whether a K&K answer names every role right (the accuracy reward's 1) and is strictly well formed."""
     roles = tuple(row.get("roles") or DEFAULT_ROLES)
     correct = kk_rewards.accuracy(text, row["names"], row["solution"], roles) == 1.0
     return correct, kk_rewards.strict_answer(text) is not None
@@ -111,7 +112,8 @@ def _math_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
     return tuple(trainer_rows(records[split], template) for split in ("train", "test"))
 
 
-def _math_judge(text: str, row: dict) -> tuple[bool, bool]:
+def math_judge(text: str, row: dict) -> tuple[bool, bool]:
+    """Return whether a math answer is equivalent to the reference (math-verify) and has an answer to extract."""
     return math_reward.math_score(text, row["answer"]) == 1.0, math_reward.extract_answer(text) is not None
 
 
@@ -124,7 +126,7 @@ TASKS = {
         accuracy_reward="accuracy",
         rows=_kk_rows,
         make_reward=kk_rewards.make_reward,
-        judge=_kk_judge,
+        judge=kk_judge,
     ),
     "math": Task(
         name="math",
@@ -134,7 +136,7 @@ TASKS = {
         accuracy_reward="math",
         rows=_math_rows,
         make_reward=math_reward.make_math_reward,
-        judge=_math_judge,
+        judge=math_judge,
     ),
 }
 

@@ -26,6 +26,7 @@ import torch
 from transformers import TrainerCallback
 from trl.trainer.utils import get_callable_name, is_async_callable
 
+from lopti.bounded import excerpt
 from lopti.errors import TrainingStopped
 
 logger = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ def add_count(metrics: dict[str, list[float]], key: str, count: float) -> None:
     """Add `count` to the single value TRL's `log()` will average, so the logged value is the sum."""
     previous = metrics.get(key) or [0.0]
     metrics[key] = [previous[0] + count]
-
-
-def excerpt(completion: Any, limit: int = 60) -> str:
-    """Return the start of a completion (text or chat messages), quoted, for a one-line report."""
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        completion = completion[-1].get("content", "")
-    text = str(completion)
-    return repr(text[:limit] + ("…" if len(text) > limit else ""))
 
 
 def one_sample(kwargs: dict[str, Any], index: int, size: int) -> dict[str, Any]:
@@ -107,6 +100,8 @@ def _explain_async_reward_errors(func: Any, check: Callable[[str, list, list], l
     async def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float]:
         try:
             values = await func(prompts=prompts, completions=completions, **kwargs)
+        except TrainingStopped:  # already one line that names the function (`reward_calls.bounded_reward`)
+            raise
         except Exception as error:
             raise RuntimeError(f"reward function {_reward_name(func)!r} raised on the batch: {error}") from error
         return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values

@@ -5,100 +5,126 @@ It wraps the call only, so it composes with any other wrapper of the reward (`gu
 outside it): with `reward_errors="stop"` (the default) the first sample the function raises on is found and the
 run stops with the function's name, the exception and an excerpt of the completion (`TrainingStopped`, exit status
 1); with `"skip"` that sample's value is TRL's "no reward" (None) and the count goes to `count`. With a
-`reward_timeout` above 0, a call that takes longer stops the run the same way. A hung Python function cannot be
-interrupted, so the call runs in a daemon thread that is left behind when the run stops.
+`reward_timeout` above 0, a call that takes longer stops the run the same way (`lopti.bounded`). An async reward
+stays a coroutine function, which TRL awaits with the others; its time limit is `asyncio.wait_for`'s, which cancels
+the coroutine at its next `await`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from trl.trainer.utils import get_callable_name
+from trl.trainer.utils import get_callable_name, is_async_callable
 
+from lopti.bounded import TimeLimitExceeded, call_within, check_reward_errors, over_time, raised_on
 from lopti.errors import TrainingStopped
-from lopti.train.guards import excerpt, one_sample
-
-REWARD_ERRORS = ("stop", "skip")
+from lopti.train.guards import one_sample
 
 
-def _call_within(func: Callable[..., Any], timeout: float, kwargs: dict[str, Any]) -> Any:
-    """Return `func(**kwargs)`, raising TimeoutError if it takes more than `timeout` seconds (0: no limit)."""
-    if timeout <= 0:
-        return func(**kwargs)
-    outcome: dict[str, Any] = {}
+class _Fallback:
+    """Scores a batch its reward function raised on sample by sample: what stays of TRL's values, what is counted."""
 
-    def run() -> None:
-        try:
-            outcome["value"] = func(**kwargs)
-        except BaseException as error:  # handed to the caller's thread
-            outcome["error"] = error
+    def __init__(self, what: str, errors: str, kwargs: dict[str, Any]) -> None:
+        self.what, self.errors, self.kwargs = what, errors, kwargs
+        self.completions = kwargs["completions"]
+        self.values: list[float | None] = []
+        self.failed = 0
 
-    worker = threading.Thread(target=run, name=f"reward {get_callable_name(func)}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    def samples(self) -> list[dict[str, Any]]:
+        """Return the reward call's keyword arguments of each sample alone."""
+        size = len(self.completions)
+        return [one_sample(self.kwargs, index, size) for index in range(size)]
+
+    def failed_on(self, error: Exception) -> None:
+        """Score the sample in turn as no reward, or stop the run (`reward_errors: stop`)."""
+        if self.errors == "stop":
+            raise raised_on(self.what, error, self.completions[len(self.values)], "no reward") from error
+        self.values.append(None)
+        self.failed += 1
+
+    def result(self, batch_error: Exception, count: Callable[[int], None] | None) -> list[float | None]:
+        """Return the values, once every sample was scored; stop the run if every sample alone worked."""
+        if self.failed == 0:  # the batch as a whole is what fails
+            raise TrainingStopped(
+                f"{self.what} raised {type(batch_error).__name__}: {batch_error} on a batch of "
+                f"{len(self.completions)} completions, though on none of them alone"
+            ) from batch_error
+        if count is not None:
+            count(self.failed)
+        return self.values
 
 
 def bounded_reward(
-    func: Callable[..., list[float]],
+    func: Callable[..., Any],
     errors: str = "stop",
     timeout: float = 0.0,
     count: Callable[[int], None] | None = None,
-) -> Callable[..., list[float | None]]:
-    """Return `func` (TRL's reward signature) with its failures handled as the module says."""
-    if errors not in REWARD_ERRORS:
-        raise ValueError(f"reward_errors must be one of {REWARD_ERRORS}, got {errors!r}")
+) -> Callable[..., Any]:
+    """Return `func` (TRL's reward signature, sync or async) with its failures handled as the module says."""
+    check_reward_errors(errors)
     name = get_callable_name(func)  # TRL's name for it, kept on the wrapper for its metrics
+    what = f"reward function {name!r}"
+    wrapped = (_bounded_async if is_async_callable(func) else _bounded_sync)(func, what, errors, timeout, count)
+    wrapped.__name__ = name  # a callable instance or a partial has no `__name__` for functools.wraps to copy
+    return wrapped
 
+
+def _bounded_sync(func: Callable, what: str, errors: str, timeout: float, count: Callable | None) -> Callable:
     def call(kwargs: dict[str, Any]) -> Any:
         try:
-            return _call_within(func, timeout, kwargs)
-        except TimeoutError:
-            completions = kwargs["completions"]
-            raise TrainingStopped(
-                f"reward function {name!r} took more than {timeout:g} s (reward_timeout) on {len(completions)} "
-                f"completion(s), the first {excerpt(completions[0]) if completions else '(none)'}"
-            ) from None
+            return call_within(lambda: func(**kwargs), timeout, what)
+        except TimeLimitExceeded:
+            raise over_time(what, timeout, kwargs["completions"]) from None
 
     @functools.wraps(func)
     def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        fallback = _Fallback(what, errors, dict(prompts=prompts, completions=completions, **kwargs))
         try:
-            return call(dict(prompts=prompts, completions=completions, **kwargs))
+            return call(fallback.kwargs)
         except TrainingStopped:
             raise
         except Exception as error:
             batch_error = error
-        values: list[float | None] = []
-        size, failed = len(completions), 0
-        for index in range(size):
-            one = one_sample(dict(prompts=prompts, completions=completions, **kwargs), index, size)
+        for one in fallback.samples():
             try:
-                values += call(one)
+                fallback.values += call(one)
             except TrainingStopped:
                 raise
             except Exception as error:
-                if errors == "stop":
-                    raise TrainingStopped(
-                        f"reward function {name!r} raised {type(error).__name__}: {error} on completion "
-                        f"{excerpt(completions[index])}; set reward_errors: skip to score such samples as no reward"
-                    ) from error
-                values.append(None)
-                failed += 1
-        if failed == 0:  # every sample alone works: the batch as a whole is what fails
-            raise TrainingStopped(
-                f"reward function {name!r} raised {type(batch_error).__name__}: {batch_error} on a batch of {size} "
-                "completions, though on none of them alone"
-            ) from batch_error
-        if count is not None:
-            count(failed)
-        return values
+                fallback.failed_on(error)
+        return fallback.result(batch_error, count)
 
-    wrapped.__name__ = name  # a callable instance or a partial has no `__name__` for functools.wraps to copy
+    return wrapped
+
+
+def _bounded_async(func: Callable, what: str, errors: str, timeout: float, count: Callable | None) -> Callable:
+    async def call(kwargs: dict[str, Any]) -> Any:
+        if timeout <= 0:
+            return await func(**kwargs)
+        try:
+            return await asyncio.wait_for(func(**kwargs), timeout)
+        except asyncio.TimeoutError:
+            raise over_time(what, timeout, kwargs["completions"]) from None
+
+    @functools.wraps(func)
+    async def wrapped(*, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        fallback = _Fallback(what, errors, dict(prompts=prompts, completions=completions, **kwargs))
+        try:
+            return await call(fallback.kwargs)
+        except TrainingStopped:
+            raise
+        except Exception as error:
+            batch_error = error
+        for one in fallback.samples():
+            try:
+                fallback.values += await call(one)
+            except TrainingStopped:
+                raise
+            except Exception as error:
+                fallback.failed_on(error)
+        return fallback.result(batch_error, count)
+
     return wrapped

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import get_config_model_id, is_async_callable
+from trl.trainer.utils import get_config_model_id
 
 from lopti.core import (
     CreditStep,
@@ -151,12 +151,12 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         self._surrogate = self._make_surrogate(args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
-        bounded = [  # an async reward is awaited by TRL: the raise and time limits apply to sync ones
-            f if not is_python_reward(f) or is_async_callable(f)
-            else bounded_reward(f, args.reward_errors, args.reward_timeout, self._count_reward_errors)
-            for f in funcs
-        ]  # fmt: skip
-        funcs = [explain_reward_errors(f, self._guard.note_rewards) if is_python_reward(f) else f for f in bounded]
+
+        def guarded(func: Any) -> Any:  # raises and hangs (lopti.train.reward_calls) inside, nan and inf outside
+            bounded = bounded_reward(func, args.reward_errors, args.reward_timeout, self._count_reward_errors)
+            return explain_reward_errors(bounded, self._guard.note_rewards)
+
+        funcs = [guarded(f) if is_python_reward(f) else f for f in funcs]
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 from dataclasses import replace
 
 import pytest
@@ -10,7 +11,9 @@ import yaml
 from lopti.cli import main
 from lopti.commands import eval_run
 from lopti.commands.eval_run import EvalConfig, held_out_rows, run_eval
-from lopti.commands.settings import RunConfig, split
+from lopti.commands.settings import RunConfig, from_run_config, split
+from lopti.errors import TrainingStopped
+from lopti.evaluation import scoring
 from lopti.tasks.registry import get_task
 
 
@@ -144,3 +147,74 @@ def test_sampled_evaluation_leaves_the_trainers_random_stream_alone(tiny_model_d
         generate(model, tokenizer, ["(1) Aaron:", "(2) Abigail:"], samples=2, temperature=1.0, max_new_tokens=4)
         == first
     )
+
+
+def answers(texts):
+    """A stand-in for `generate`: every prompt answered by `texts` in turn, each ending on its end-of-sequence
+    token, so that the judge sees them."""
+
+    def fake_generate(model, tokenizer, prompts, samples, *args):
+        eos = tokenizer.eos_token_id
+        return [
+            [(texts[(i * samples + k) % len(texts)], [7, eos]) for k in range(samples)] for i in range(len(prompts))
+        ]
+
+    return fake_generate
+
+
+def fragile_judge(text, row):
+    """A judge that cannot read an answer saying 'poison'."""
+    if "poison" in text:
+        raise KeyError("names")
+    return True, True
+
+
+def slow_judge(text, row):
+    time.sleep(30)
+    return True, True
+
+
+@pytest.fixture
+def judged(monkeypatch):
+    """Replace the K&K judge by `judged(judge)` and the decoding by `answers`."""
+    monkeypatch.setattr(scoring, "generate", answers(["fine</answer>", "poison pill", "fine again</answer>"]))
+
+    def use(judge):
+        monkeypatch.setattr(eval_run, "get_task", lambda name: replace(get_task(name), judge=judge))
+
+    return use
+
+
+def test_a_judge_that_raises_stops_the_evaluation_with_one_line(config, tmp_path, judged, capsys):
+    judged(fragile_judge)
+    command = ["eval", "--model", config.model, "--people", "2-3", "--eval_puzzles", "3", "--template", "compact"]
+    assert main([*command, "--eval_max_new_tokens", "8", "--out", str(tmp_path / "ev")]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
+    assert line.startswith("stopped: judge 'fragile_judge' raised KeyError: 'names' on completion '")
+    assert "poison pill" in line and "set reward_errors: skip to score such samples as wrong" in line
+
+
+def test_with_skip_an_answer_the_judge_raises_on_is_wrong_and_counted(config, tmp_path, judged):
+    judged(fragile_judge)
+    result = run_eval(replace(config, reward_errors="skip"), tmp_path / "ev", chunk=2)
+    # each chunk of 2 prompts x 2 samples takes the 3 answers in turn: one 'poison pill' per chunk
+    assert result["judge_errors"] == 3 and result["overall"]["accuracy"] == 9 / 12
+    assert result["overall"]["format_error"] == 3 / 12
+    assert "3 answer(s) the judge raised on are scored as wrong" in (tmp_path / "ev" / "eval.md").read_text()
+    with pytest.raises(ValueError, match=r"other settings \(reward_errors: 'skip' there, 'stop' now\)"):
+        run_eval(config, tmp_path / "ev")  # records scored under skip are not mixed with stop's
+
+
+def test_a_judge_that_hangs_stops_at_reward_timeout(config, tmp_path, judged):
+    judged(slow_judge)
+    started = time.monotonic()
+    with pytest.raises(TrainingStopped, match=r"^judge 'slow_judge' took more than 0.3 s \(reward_timeout\)"):
+        run_eval(replace(config, reward_timeout=0.3), tmp_path / "ev")
+    assert time.monotonic() - started < 20
+
+
+def test_the_limits_come_from_a_run_config(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"model": "tiny", "reward_errors": "skip", "reward_timeout": 2.5}))
+    settings = from_run_config(path, EvalConfig)
+    assert settings["reward_errors"] == "skip" and settings["reward_timeout"] == 2.5

@@ -1,6 +1,7 @@
 """TrainingGuard: non-finite rewards and losses skip their whole update and stop at the limit; diverging
 weights stop the run before anything is saved, in one line."""
 
+import asyncio
 import logging
 import math
 
@@ -186,3 +187,25 @@ def test_a_reward_that_raises_stops_training_or_with_skip_counts_as_no_reward(ti
     trainer = make(tiny_model_dir, kk_prompts, tmp_path, one_bad, max_steps=2, reward_errors="skip")
     trainer.train()
     assert sum(logged(trainer, "reward_errors")) >= 1
+
+
+def test_an_async_reward_that_raises_or_hangs_stops_training_or_with_skip_scores_no_reward(
+    tiny_model_dir, kk_prompts, tmp_path
+):
+    async def remote(completions, completion_ids, **kwargs):  # a judge behind a network call
+        await asyncio.sleep(remote.delay)
+        if len(completions) > 1:
+            remote.first = completion_ids[0]
+        if completion_ids[0] == remote.first:  # the batch, and its first sample alone
+            raise ConnectionError("judge unreachable")
+        return id_reward(completions, completion_ids)
+
+    remote.delay = 0
+    with pytest.raises(TrainingStopped, match=r"^reward function 'remote' raised ConnectionError: judge unreachable"):
+        make(tiny_model_dir, kk_prompts, tmp_path, remote, max_steps=1).train()
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, remote, max_steps=1, reward_errors="skip")
+    trainer.train()
+    assert trainer.state.global_step == 1 and sum(logged(trainer, "reward_errors")) >= 1
+    remote.delay = 30
+    with pytest.raises(TrainingStopped, match=r"^reward function 'remote' took more than 0.5 s \(reward_timeout\)"):
+        make(tiny_model_dir, kk_prompts, tmp_path, remote, max_steps=1, reward_timeout=0.5).train()

@@ -1,5 +1,7 @@
 """Reward functions that raise or hang: one line naming the function, or no reward for that sample (skip)."""
 
+import asyncio
+import inspect
 import time
 
 import pytest
@@ -66,3 +68,49 @@ def test_lopti_rewards_are_wrapped_the_same_way():
 def test_unknown_reward_errors_setting_is_refused():
     with pytest.raises(ValueError, match="reward_errors must be one of"):
         bounded_reward(picky, "ignore")
+
+
+async def async_picky(prompts, completions, **kwargs):
+    """`picky`, as a judge behind a network call would be written."""
+    await asyncio.sleep(0)
+    return picky(prompts, completions)
+
+
+async def async_hangs(prompts, completions, **kwargs):
+    await asyncio.sleep(30)
+    return [0.0] * len(completions)
+
+
+def test_an_async_reward_stays_a_coroutine_function_under_the_same_name():
+    wrapped = explain_reward_errors(bounded_reward(async_picky))
+    assert inspect.iscoroutinefunction(wrapped) and wrapped.__name__ == "async_picky"
+    assert asyncio.run(call(wrapped, ["fine"])) == [1.0]
+
+
+def test_an_async_reward_that_raises_stops_with_the_same_line():
+    with pytest.raises(TrainingStopped) as caught:
+        asyncio.run(call(explain_reward_errors(bounded_reward(async_picky))))
+    assert str(caught.value).startswith(
+        "reward function 'async_picky' raised ZeroDivisionError: division by zero on completion 'this one is poison'"
+    )
+
+
+def test_an_async_reward_skips_and_counts_the_failing_sample():
+    counted = []
+    assert asyncio.run(call(bounded_reward(async_picky, "skip", count=counted.append))) == [1.0, None, 1.0]
+    assert counted == [1]
+
+
+def test_an_async_reward_that_hangs_is_cancelled_at_its_time_limit():
+    started = time.monotonic()
+    with pytest.raises(TrainingStopped, match=r"^reward function 'async_hangs' took more than 0.2 s"):
+        asyncio.run(call(bounded_reward(async_hangs, timeout=0.2)))
+    assert time.monotonic() - started < 5
+
+
+def test_a_reward_raising_timeout_error_itself_is_an_error_not_a_time_limit():
+    def impatient(prompts, completions, **kwargs):
+        raise TimeoutError("the judge's server did not answer")
+
+    with pytest.raises(TrainingStopped, match="raised TimeoutError: the judge's server did not answer on completion"):
+        call(bounded_reward(impatient, timeout=5))
