@@ -186,6 +186,7 @@ def held_out_eval(
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
         max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
+        reward_errors=trainer.args.reward_errors, reward_timeout=trainer.args.reward_timeout,
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -223,6 +224,7 @@ def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
         "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path,
+        "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
     }  # fmt: skip
     return evaluation_key(trainer.lopti_model_path, list(trainer.lopti_eval_rows), settings)
 

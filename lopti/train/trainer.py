@@ -33,22 +33,20 @@ from lopti.core import (
     aggregate_loss,
     cispo_policy_loss,
     lopti_phase,
-    low_prob_mask,
     make_credit_steps,
     sapo_policy_loss,
     split_seed,
     token_advantages,
     token_objective,
 )
-from lopti.core.bound import logit_grad_norm_from_sum_sq
-from lopti.core.buckets import bucket_labels, bucket_totals, probability_buckets
-from lopti.core.objective import BUILT_IN_STEPS, Surrogate, credit_shares
+from lopti.core.objective import BUILT_IN_STEPS, Surrogate
 from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.fast_path import CpuFastPath
 from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
 from lopti.train.reward_calls import bounded_reward
+from lopti.train.step_metrics import StepMetrics
 from lopti.train.update_quality import UpdateQuality
 
 logger = logging.getLogger(__name__)
@@ -114,7 +112,7 @@ def untied_missing_keys(model: torch.nn.Module, missing: list[str]) -> list[str]
     return [name for name in missing if name not in tensors or tensors[name].data_ptr() not in loaded]
 
 
-class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
+class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
@@ -371,81 +369,3 @@ class LoptiGRPOTrainer(CpuFastPath, GRPOTrainer):
         if self._guard.note_loss(loss):
             return loss
         return torch.zeros((), device=logps.device, requires_grad=True)  # no gradient reaches the model
-
-    def _log_step_metrics(self, logps, old_logps, entropies, mask, terms, policy_loss, phase, kl, aux_loss):
-        """Log TRL's metrics of the loss with TRL's names and meanings, and lopti's own under its prefixes.
-
-        `policy_loss` is TRL's: the aggregated policy (and KL) loss before the entropy bonus and before the
-        division for gradient accumulation, logged, as TRL logs it, when the entropy bonus is on; with Lopti,
-        `lopti/phase1_loss` and `lopti/phase2_loss` are the same quantity on each phase's steps.
-        """
-        mode = "train" if self.model.training else "eval"
-        valid = mask.bool()
-
-        def mean_of(values: torch.Tensor, where: torch.Tensor = valid) -> float:
-            return self._gathered_mean(values, where)
-
-        metrics = self._metrics[mode]
-        metrics["entropy"].append(mean_of(entropies))
-        if self.args.ar_alpha > 0:
-            metrics["ar/weight_mean"].append(mean_of(terms.credit["ar"].weights))
-        for key, values in credit_shares(terms.credit, valid).items():
-            metrics[f"credit/{key}"].append(mean_of(values))
-        for name, value in terms.metrics.items():
-            metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
-        if kl is not None:
-            metrics["kl"].append(mean_of(kl, terms.active))
-        gathered_policy_loss = self.accelerator.gather(policy_loss).nanmean().item()
-        if self.args.lopti:
-            metrics[f"lopti/phase{phase + 1}_loss"].append(gathered_policy_loss)
-        if self.args.entropy_coef != 0.0:
-            metrics["policy_loss"].append(gathered_policy_loss)
-            if mode == "train" and self.accelerator.sync_gradients:  # once per optimizer step, as TRL logs it
-                metrics["entropy_coef"].append(self.args.entropy_coef)
-        if aux_loss is not None:
-            metrics["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
-
-    def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase) -> None:
-        """Log each π_old bucket's share of the tokens and of the gradient, also per advantage sign, and Lopti's moves.
-
-        probs/grad_share_*: each bucket's share of Σ |Â|·‖∂(−log π)/∂z‖, the advantage-weighted logit-gradient
-        norm at the current policy: exact, √(1 − 2π + Σ p²), from the log Σ p² that the fused LM head returned
-        with these log-probs; where that is unavailable, the bound (1 − π), exact up to a factor in
-        [√(N/(N−1)), √2] (Proposition 4.2). No extra backward either way. probs/pos_share_*, probs/pos_grad_share_*
-        and probs/neg_* are the same over the tokens with Â > 0 and with Â < 0 alone. With Lopti, phase 2 logs
-        the mean |log π − log π_old| of the phase-1 and the phase-2 tokens: what phase 1 moved.
-        """
-        metrics = self._metrics["train" if self.model.training else "eval"]
-        low = low_prob_mask(old_logps, mask, self.args.lopti_eta).float()
-        metrics["lopti/low_prob_token_share"].append(self._gathered_mean(low, mask.bool()))
-        edges = self.args.probability_buckets
-        labels = bucket_labels(edges)
-        index = probability_buckets(old_logps, mask, edges)
-        sum_sq = self._log_sum_sq_probs
-        if sum_sq is not None and sum_sq.shape == logps.shape:
-            norm = logit_grad_norm_from_sum_sq(logps, sum_sq)
-        else:
-            norm = -torch.expm1(logps.detach().double())
-        weight = advantages.abs() * norm
-        signs = {"": mask.bool(), "pos_": advantages > 0, "neg_": advantages < 0}
-        totals = [
-            bucket_totals(index.masked_fill(~where, -1), len(labels), values)
-            for where in signs.values()
-            for values in (None, weight)
-        ]
-        totals = self.accelerator.gather(torch.stack(totals).unsqueeze(0)).sum(dim=0)
-        for sign, tokens, gradient in zip(signs, totals[0::2], totals[1::2], strict=True):
-            token_share, gradient_share = tokens / tokens.sum().clamp(min=1), gradient / gradient.sum().clamp(min=1e-30)
-            for k, label in enumerate(labels):
-                metrics[f"probs/{sign}share_{label}"].append(token_share[k].item())
-                metrics[f"probs/{sign}grad_share_{label}"].append(gradient_share[k].item())
-        if self.args.lopti and phase == 1 and self.args.lopti_split != "none":  # "none": no phase-1-only tokens
-            moved = (logps.detach() - old_logps).abs()
-            for name, where in (("phase1_tokens", mask.bool() & ~active), ("phase2_tokens", active)):
-                metrics[f"lopti/dlogp_{name}"].append(self._gathered_mean(moved, where))
-
-    def _gathered_mean(self, values: torch.Tensor, where: torch.Tensor) -> float:
-        """Return the mean of `values` over `where`, across all processes."""
-        total = torch.stack([(values * where).sum(), where.sum().to(values.dtype)]).detach()
-        total = self.accelerator.gather(total).view(-1, 2).sum(dim=0)
-        return (total[0] / total[1].clamp(min=1)).item()

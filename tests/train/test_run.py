@@ -238,3 +238,17 @@ def test_only_tied_weights_leave_the_missing_keys(tiny_model_dir):
     # both names of a tied tensor missing: nothing loaded it, so both are still missing
     both = ["lm_head.weight", "model.embed_tokens.weight"]
     assert untied_missing_keys(model, both) == both
+
+
+def test_held_out_evaluation_takes_the_runs_reward_errors_and_reward_timeout(settings, monkeypatch):
+    seen = []
+    evaluate = run_module.evaluate_rows
+
+    def recording(*args, **kwargs):
+        seen.append((kwargs["reward_errors"], kwargs["reward_timeout"]))
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "evaluate_rows", recording)
+    settings = {**settings, "evaluate": True, "eval_max_new_tokens": 4, "max_steps": 2}
+    train({**settings, "reward_errors": "skip", "reward_timeout": 30.0})
+    assert seen == [("skip", 30.0)] * 2  # before and after; what the judge limits do: test_eval_run.py
