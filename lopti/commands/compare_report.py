@@ -101,11 +101,19 @@ def _curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
     return {math.ceil(int(m["step"]) / passes): m[key] for m in lines if key in m}
 
 
+def below_warm_start(run: dict[str, Any]) -> bool:
+    """Return whether a run of results.json ended with held-out accuracy below its warm start's."""
+    return run["after"]["overall"]["accuracy"] < run["before"]["overall"]["accuracy"]
+
+
+def malformed(run: dict[str, Any]) -> bool:
+    """Return whether more than COLLAPSE_FORMAT_ERROR of a run's greedy held-out answers after RL are malformed."""
+    return run["after"]["overall"].get("format_error", 0.0) > COLLAPSE_FORMAT_ERROR
+
+
 def collapsed(run: dict[str, Any]) -> bool:
-    """Return whether a run of results.json collapsed: held-out accuracy below its warm start's, or format
-    errors above COLLAPSE_FORMAT_ERROR."""
-    after, before = run["after"]["overall"], run["before"]["overall"]
-    return after["accuracy"] < before["accuracy"] or after.get("format_error", 0.0) > COLLAPSE_FORMAT_ERROR
+    """Return whether a run of results.json collapsed: below its warm start, or malformed."""
+    return below_warm_start(run) or malformed(run)
 
 
 def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -157,8 +165,10 @@ def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict],
         reached = [b for b in batches if b is not None]
         steps = f"{statistics.fmean(reached):.1f}" if reached else "never"
         steps = f"{steps} ({len(batches) - len(reached)}/{len(batches)} never)" if batches else "–"
-        fallen = sum(collapsed(run) for run in runs)
-        lines.append(f"| {variant} | {len(runs)} | {greedy} |{sampling} {steps} | {fallen}/{len(runs)} |")
+        fallen = f"{sum(collapsed(run) for run in runs)}/{len(runs)}"
+        if any(collapsed(run) for run in runs):  # which criterion: a format failure is not a fall in accuracy
+            fallen += f" ({sum(map(below_warm_start, runs))} below, {sum(map(malformed, runs))} malformed)"
+        lines.append(f"| {variant} | {len(runs)} | {greedy} |{sampling} {steps} | {fallen} |")
     return "\n".join(lines) + "\n"
 
 
@@ -303,7 +313,8 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
             f"it and the {THRESHOLD_WINDOW - 1} logged batches before it reaches {TRAIN_ACCURACY_THRESHOLD:g}; "
             "mean over the runs that reached it, the others counted as never.",
             "- Collapsed: the run's greedy held-out accuracy after RL is below its warm start's, or more than "
-            f"{COLLAPSE_FORMAT_ERROR:.0%} of its greedy held-out answers are malformed.",
+            f"{COLLAPSE_FORMAT_ERROR:.0%} of its greedy held-out answers are malformed; in brackets, how many runs "
+            "each criterion counts.",
             "",
             "Paired difference from GRPO (same seed, same held-out set), in points; * the 95% interval excludes 0:",
             "",

@@ -103,8 +103,11 @@ def test_results_md_reports_intervals_paired_differences_threshold_and_collapses
     text = report(tmp_path, results)
     ablation = "| variant | seeds | greedy | sampled avg@4 (T=1) | batches to training accuracy ≥ 0.5 | collapsed |"
     # grpo greedy 30, 40, 20: mean 30, s 10, half 4.302653 · 10 / √3 = 24.8; sampled 20, 30, 10
-    assert row(text, "grpo", ablation) == "| grpo | 3 | 30.0 [5.2, 54.8] | 20.0 [-4.8, 44.8] | 3.5 (1/3 never) | 1/3 |"
-    lopti = "| lopti | 3 | 35.0 [10.2, 59.8] | 25.0 [0.2, 49.8] | 4.0 (1/3 never) | 1/3 |"  # batch 4 twice
+    assert (
+        row(text, "grpo", ablation)
+        == "| grpo | 3 | 30.0 [5.2, 54.8] | 20.0 [-4.8, 44.8] | 3.5 (1/3 never) | 1/3 (1 below, 0 malformed) |"
+    )
+    lopti = "| lopti | 3 | 35.0 [10.2, 59.8] | 25.0 [0.2, 49.8] | 4.0 (1/3 never) | 1/3 (0 below, 1 malformed) |"
     assert row(text, "lopti", ablation) == lopti
     assert row(text, "ar", ablation) == "| ar | 1 | 40.0 (1 seed) | – | 3.0 (0/1 never) | 0/1 |"
     paired = "| variant | seeds paired | greedy − GRPO |"
@@ -124,7 +127,8 @@ def test_greedy_only_study_without_grpo_says_why_there_is_no_paired_table(tmp_pa
     assert "greedy − GRPO" not in text and "sampled avg@" not in text
     ablation = "| variant | seeds | greedy | batches to training accuracy ≥ 0.5 | collapsed |"
     assert row(text, "ar", ablation) == "| ar | 2 | 40.0 [-87.1, 167.1] | 3.0 (1/2 never) | 0/2 |"
-    assert row(text, "lopti", ablation) == "| lopti | 1 | 20.0 (1 seed) | 3.0 (0/1 never) | 1/1 |"
+    lopti = "| lopti | 1 | 20.0 (1 seed) | 3.0 (0/1 never) | 1/1 (1 below, 0 malformed) |"
+    assert row(text, "lopti", ablation) == lopti
 
 
 def test_the_threshold_follows_the_tasks_accuracy_reward(tmp_path):
