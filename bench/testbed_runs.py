@@ -6,7 +6,7 @@ after, the wall time, and, over the first 5 generated batches, the sampled respo
 quartile and the lowest quartile's share of the gradient (probs/share_*, probs/grad_share_*). Finished runs (report.md
 present) are read, not rerun; one killed midway resumes.
 
-Run (10 runs, about 40 minutes on 2 idle cores):
+Run (10 runs, about 45 minutes on 2 idle cores, one run at a time):
   python bench/testbed_runs.py --out results/testbed-runs --seeds 0,1,2,3,4 --threads 1,2
 """
 
