@@ -25,8 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+# 48 answer tokens: the warm start's immediate answers (~30 tokens) finish, so rewards differ within groups and
+# the policy moves (with 16, every answer is cut short, every reward is -3 and no gradient is ever non-zero)
 TINY = {
-    "evaluate": "false", "per_device_train_batch_size": "8", "num_generations": "4", "max_completion_length": "16",
+    "evaluate": "false", "per_device_train_batch_size": "8", "num_generations": "4", "max_completion_length": "48",
     "report_to": "[]", "disable_tqdm": "true", "logging_steps": "1",
 }  # fmt: skip
 
@@ -85,11 +87,20 @@ def memory_at(samples: list[tuple[float, int, float]], share: float, steps: int)
     return next(memory for _, step, memory in samples if step >= share * steps)
 
 
+def steps_with_gradient(out: Path) -> int:
+    """Return how many training rows of `out`'s metrics.jsonl have a non-zero gradient norm."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return sum(row.get("grad_norm", 0.0) > 0 for row in rows if "loss" in row)
+
+
 def checks(out: Path, steps: int, keep: int) -> list[str]:
     """Return what is wrong with a finished run folder: metrics rows per step, number of checkpoints."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = [row["step"] for row in rows if "loss" in row]
     problems = [] if logged == list(range(1, steps + 1)) else [f"{out}: training rows {logged[:5]}... not 1..{steps}"]
+    learning = steps_with_gradient(out)
+    if learning < len(logged) / 4:  # otherwise equal weights after a resume would show nothing
+        problems.append(f"{out}: only {learning} of {len(logged)} steps had a non-zero gradient")
     checkpoints = sorted(out.glob("checkpoint-*"))
     if len(checkpoints) != keep:
         problems.append(f"{out}: {len(checkpoints)} checkpoints ({[c.name for c in checkpoints]}), not {keep}")
@@ -133,6 +144,7 @@ def main() -> int:
         print(f"FAILED: {problem}")
     if not problems:
         print(f"metrics.jsonl: one training row per step in both runs; {keep} checkpoints kept in each")
+        print(f"steps with a non-zero gradient: {steps_with_gradient(whole)} of {args.steps}")
     print(f"total {time.monotonic() - started:.0f} s; logs in {args.out}/*.log")
     return 1 if problems else 0
 
