@@ -11,7 +11,9 @@ import argparse
 import importlib
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,7 +21,15 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.markup import escape
 
-from lopti.errors import NumericalFailure, TrainingStopped, check_output_folder, disk_full_message
+from lopti.errors import (
+    NumericalFailure,
+    Terminated,
+    TrainingStopped,
+    UserError,
+    check_output_folder,
+    disk_full_message,
+    peer_failure,
+)
 
 RECIPES = Path(__file__).parent / "configs"
 DEFAULT_RECIPES = {"kk": RECIPES / "kk-tiny-cpu.yaml", "math": RECIPES / "math-smollm2-cpu.yaml"}
@@ -37,11 +47,14 @@ def _train(args: argparse.Namespace) -> None:
     config = Path(args.config) if args.config else DEFAULT_RECIPES[task]
     # --resume: the run's own config.yaml, never the default recipe; train refuses changed settings
     settings = resumed_settings(args.config, given) if given.get("resume") else resolve(config, given)
+    if "output_dir" not in settings and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError("set --output_dir in a distributed launch: each process would name its own timestamped folder")
     settings.setdefault("output_dir", str(Path("runs") / f"{config.stem}-{time.strftime('%Y%m%d-%H%M%S')}"))
     args.folder = settings["output_dir"]
     run, trainer_kwargs = split(settings)
     run_dir = train(run, trainer_kwargs, settings)
-    print(f"run folder: {run_dir}")
+    if os.environ.get("RANK", "0") == "0":
+        print(f"run folder: {run_dir}")
 
 
 def _from_config(args: argparse.Namespace, schema: type) -> Any:
@@ -195,21 +208,26 @@ def _chosen(argv: list[str]) -> str | None:
     return words[0] if words else None
 
 
-def _interrupted(args: argparse.Namespace) -> str:
-    """Return what to say after Ctrl-C: how to continue, when the command can."""
+def _stopped(args: argparse.Namespace, what: str) -> str:
+    """Return `what` happened ("interrupted", ...) and how to continue, when the command can."""
     if args.command == "train" and args.folder:
         if not any(Path(args.folder).glob("checkpoint-*/trainer_state.json")):
-            return "interrupted before the first checkpoint was saved; run the same command again to start over"
-        return f"interrupted; continue with: lopti train --resume --output_dir {shlex.quote(str(args.folder))}"
+            return f"{what} before the first checkpoint was saved; run the same command again to start over"
+        return f"{what}; continue with: lopti train --resume --output_dir {shlex.quote(str(args.folder))}"
     if args.command in ("eval", "compare"):  # both pick up where they stopped
-        return f"interrupted; continue with: lopti {args.command} {shlex.join(args.argv)}"
-    return "interrupted"
+        return f"{what}; continue with: lopti {args.command} {shlex.join(args.argv)}"
+    return what
+
+
+def _terminated(signum: int, frame: object) -> NoReturn:
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command. Every failure a user can act on ends in one red line on stderr: bad input (`UserError` and
     the other ValueErrors, FileNotFoundError, PermissionError) with exit status 2; a stopped run, a numerical failure
-    in training (`NumericalFailure`) or a full disk with 1; Ctrl-C with 130 (and the command that continues)."""
+    in training (`NumericalFailure`), a full disk or the death of another process of a distributed launch with 1;
+    Ctrl-C with 130 and SIGTERM with 143 (and the command that continues)."""
     from lopti.commands.command_line import given_settings, reject_unknown, section_keys, underscored
 
     argv = [underscored(word) for word in (sys.argv[1:] if argv is None else argv)]
@@ -222,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     args.folder = None  # where the command writes, once it knows; named after a full disk
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     started = time.time()
+    terminable = args.command == "train" and threading.current_thread() is threading.main_thread()
+    if terminable:  # a launcher ends the other processes with SIGTERM when one dies: say so, as for Ctrl-C
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         if extra:
             reject_unknown(extra, section_keys(args.sections))
@@ -232,26 +253,40 @@ def main(argv: list[str] | None = None) -> int:
         args.settings = given_settings(args)
         run = {"train": _train, "eval": _eval, "analyze": _analyze, "compare": _compare}.get(args.name, _data)
         run(args)
-    except (ValueError, FileNotFoundError, PermissionError) as error:
-        console.print(f"[bold red]error:[/] {escape(str(error))}")
-        return 2
-    except TrainingStopped as error:
-        console.print(f"[bold red]stopped:[/] {escape(str(error))}")
-        return 1
-    except NumericalFailure as error:  # the run's numbers, not a setting (the user's mistakes are ValueErrors)
-        console.print(f"[bold red]numerical failure:[/] {escape(str(error))}")
-        return 1
-    except KeyboardInterrupt:  # Ctrl-C reaches every process of a distributed launch: rank 0 alone says so
-        if os.environ.get("RANK", "0") == "0":
-            console.print(f"[bold red]{escape(_interrupted(args))}[/]")
-        return 130
-    except (OSError, RuntimeError) as error:
-        message = disk_full_message(error, args.folder, started)
-        if message is None:
+    except BaseException as error:
+        if terminable:  # the line below is printed whole even when the launcher's SIGTERM follows the error
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        status, line = _failure(error, args, started)
+        if line:
+            console.print(line)
+        if status is None:
             raise
-        console.print(f"[bold red]error:[/] {escape(message)}")
-        return 1
+        return status
     return 0
+
+
+def _failure(error: BaseException, args: argparse.Namespace, started: float) -> tuple[int | None, str]:
+    """Return the exit status and the red line for `error` (status None: not one a user can act on, re-raised)."""
+    if isinstance(error, (ValueError, FileNotFoundError, PermissionError)):
+        return 2, f"[bold red]error:[/] {escape(str(error))}"
+    if isinstance(error, TrainingStopped):
+        return 1, f"[bold red]stopped:[/] {escape(str(error))}"
+    if isinstance(error, NumericalFailure):  # the run's numbers, not a setting (the user's mistakes are ValueErrors)
+        return 1, f"[bold red]numerical failure:[/] {escape(str(error))}"
+    if isinstance(error, Terminated):  # each process that gets it says so: SIGTERM need not reach rank 0
+        return 143, f"[bold red]{escape(_stopped(args, 'ended by SIGTERM'))}[/]"
+    if isinstance(error, KeyboardInterrupt):  # Ctrl-C reaches every process of a distributed launch: rank 0 says so
+        rank_0 = os.environ.get("RANK", "0") == "0"
+        return 130, f"[bold red]{escape(_stopped(args, 'interrupted'))}[/]" if rank_0 else ""
+    if isinstance(error, (OSError, RuntimeError)):
+        message = disk_full_message(error, args.folder, started)
+        if message is not None:
+            return 1, f"[bold red]error:[/] {escape(message)}"
+        said = peer_failure(error)
+        if said is not None:
+            line = _stopped(args, f"another process of this distributed launch ended ({said})")
+            return 1, f"[bold red]stopped:[/] {escape(line)}"
+    return None, ""
 
 
 if __name__ == "__main__":

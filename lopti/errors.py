@@ -29,6 +29,12 @@ class NumericalFailure(RuntimeError):
     """Training met a non-finite number where no setting was wrong (a diverged model); exit status 1."""
 
 
+class Terminated(KeyboardInterrupt):
+    """The process received SIGTERM: a job scheduler's cancel, `kill`, or a distributed launcher ending the other
+    processes once one of them has died. Handled like Ctrl-C (exit status 143): the run resumes from its last
+    checkpoint."""
+
+
 class TrainingStopped(RuntimeError):
     """A run (training, or `lopti eval`) stopped on purpose, before saving a broken state; the message says why and
     what to change."""
@@ -56,6 +62,28 @@ def check_output_folder(path: str | Path | None, key: str) -> Path:
     except OSError as error:
         raise PermissionError(f"{key} {folder}: cannot write in {existing} ({error.strerror})") from None
     return folder
+
+
+# What torch.distributed's backends say when a process of the group has died (gloo's socket errors, NCCL's abort).
+PEER_FAILURES = (
+    "Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused",
+    "NCCL communicator was aborted", "ProcessGroupNCCL", "Socket Timeout",
+)  # fmt: skip
+
+
+def peer_failure(error: BaseException) -> str | None:
+    """Return what the collective said ("Connection reset by peer", ...) if `error` says another process of a
+    distributed launch has died, else None. Such an error is the survivor's only news of it: the dead process
+    wrote nothing."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return None
+    for cause in _causes(error):
+        said = next((marker for marker in PEER_FAILURES if marker in str(cause)), None)
+        if said is None and type(cause).__name__ in ("DistError", "DistBackendError", "DistNetworkError"):
+            said = next(iter(str(cause).strip().splitlines()), type(cause).__name__)[:160]
+        if said is not None:
+            return said
+    return None
 
 
 def _causes(error: BaseException):

@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -199,6 +200,55 @@ def test_ctrl_c_in_a_distributed_launch_is_reported_by_rank_0_only(workspace, tm
         assert main(["train", "--output_dir", str(tmp_path / "run")]) == 130
         lines.append(capsys.readouterr().err.strip())
     assert lines[0].startswith("interrupted; continue with: lopti train --resume") and lines[1] == ""
+
+
+def test_sigterm_ends_a_run_with_the_line_that_continues_it(workspace, tmp_path, monkeypatch, capsys):
+    from lopti.commands import train_run as run_module
+
+    def train(run, trainer_kwargs, settings):
+        (Path(trainer_kwargs["output_dir"]) / "checkpoint-2").mkdir(parents=True)
+        (Path(trainer_kwargs["output_dir"]) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+        os.kill(os.getpid(), signal.SIGTERM)  # what `kill`, a scheduler's cancel or a launcher sends
+        time.sleep(5)  # the handler raises before this returns
+        raise AssertionError("SIGTERM did not end the run")
+
+    monkeypatch.setattr(run_module, "train", train)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["train", "--output_dir", str(tmp_path / "run")]) == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (
+        one_error_line(capsys)
+        == f"ended by SIGTERM; continue with: lopti train --resume --output_dir {tmp_path / 'run'}"
+    )
+
+
+def test_a_collective_failing_on_a_dead_process_is_one_line_from_the_survivor(workspace, tmp_path, monkeypatch,
+                                                                               capsys):  # fmt: skip
+    from lopti.commands import train_run as run_module
+
+    gloo = RuntimeError("[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:19864: Connection reset by peer. "
+                        "This is typically caused by a remote worker hanging")  # fmt: skip
+    monkeypatch.setattr(run_module, "train", fake_train(["checkpoint-2/trainer_state.json"], gloo))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert main(["train", "--output_dir", str(tmp_path / "run")]) == 1
+    assert one_error_line(capsys) == (
+        "stopped: another process of this distributed launch ended (Connection reset by peer); "
+        f"continue with: lopti train --resume --output_dir {tmp_path / 'run'}"
+    )
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: the same text is no news of a peer, and is not hidden
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):
+        main(["train", "--output_dir", str(tmp_path / "run")])
+
+
+def test_a_distributed_launch_needs_an_output_folder_all_processes_share(workspace, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train"]) == 2
+    assert one_error_line(capsys) == (
+        "error: set --output_dir in a distributed launch: each process would name its own timestamped folder"
+    )
 
 
 def test_full_disk_names_the_file_being_written(workspace, tmp_path, monkeypatch, capsys):

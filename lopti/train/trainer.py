@@ -165,7 +165,8 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         self._update_quality = UpdateQuality(self) if args.update_quality_every > 0 else None
         if self._update_quality is not None:
             self.add_callback(self._update_quality)
-        if args.lopti and args.max_steps > 0:  # TRL's max_steps, Lopti's schedule: say what they give together
+        # TRL's max_steps and Lopti's schedule: say once per launch what they give together
+        if args.lopti and args.max_steps > 0 and self.is_world_process_zero():
             logger.warning(
                 "lopti: max_steps counts optimizer steps (TRL's convention) and Lopti trains %d on each generated "
                 "batch: max_steps=%d generates %d batches, half what one-pass GRPO with the same max_steps generates",
