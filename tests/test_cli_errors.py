@@ -39,6 +39,7 @@ TRAIN = [
     (["--lopti_split", "sideways"], "lopti_split must be one of ('probability', 'random', 'none'), got 'sideways'"),
     (["--fixed_names", "maybe"], "fixed_names must be true or false, got 'maybe'"),
     (["--rewards", ""], "rewards needs a value (a list of names (a,b or [a, b]))"),
+    (["--rewards", "[]"], "rewards must be a list of at least 1 name(s), got []"),
     (["--eval_puzzles", "0", "--evaluate", "true"], "evaluate: true needs held-out prompts, but eval_puzzles is 0"),
     (["--report_to", "wandb"], "report_to 'wandb': wandb is not installed"),
     (["--output_dir", ""], "output_dir needs a folder path"),

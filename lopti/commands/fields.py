@@ -1,8 +1,8 @@
 """Typing and checking of settings dataclasses: what a value of each field looks like, and whether it fits.
 
 Every command's settings are dataclasses whose fields carry their help and bounds in the metadata
-("help", and "min" / "above" / "max" / "or" for numbers). These functions read the annotations and the
-metadata, so a new field is described, converted and checked without touching any of them.
+("help", and "min" / "above" / "max" / "or" for numbers, "min_items" for lists). These functions read the
+annotations and the metadata, so a new field is described, converted and checked without touching any of them.
 """
 
 from __future__ import annotations
@@ -198,7 +198,10 @@ def _convert(value: Any, hint: Any) -> Any:
 
 
 def _bounds_problem(value: Any, bounds: dict[str, Any]) -> str | None:
-    """Return what `value` must be when it lies outside `bounds` ("min", "above", "max", "or"), else None."""
+    """Return what `value` must be when it lies outside `bounds` ("min", "above", "max", "or"; "min_items" for a
+    list), else None."""
+    if isinstance(value, list) and len(value) < bounds.get("min_items", 0):
+        return f"a list of at least {bounds['min_items']} name(s)"
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value in bounds.get("or", ()):
         return None
     low, above, high = bounds.get("min"), bounds.get("above"), bounds.get("max")

@@ -28,7 +28,8 @@ class RunConfig(TaskData):
     rewards: list[str] = field(
         default_factory=lambda: ["logic_rl"],
         metadata={
-            "help": "Reward functions (kk: logic_rl, strict, partial, lenient, accuracy; math: math, math_format)."
+            "help": "Reward functions (kk: logic_rl, strict, partial, lenient, accuracy; math: math, math_format).",
+            "min_items": 1,
         },
     )
     lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights (LoRA needs peft).", "min": 0})
