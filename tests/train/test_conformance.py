@@ -7,7 +7,8 @@ name, its losses, grad norms and final weights: to docs/trainer.md's first toler
 to its second with the fast path on (which serves only the dense model's forwards; the others it hands to TRL).
 With AR and Lopti on, each option that composes trains (both phases take gradient steps, the weights move, the loss
 is finite), and each that does not is refused when the config is built, with one line naming it: the config never
-sees the model, so the refusals are tested once, not per family. The dense cells run unmarked; the others are slow.
+sees the model, so the refusals are tested once, not per family. Unmarked: the dense model's cells (three of them
+with the fast path) and the refusals; the rest is marked slow.
 """
 
 import math
@@ -95,7 +96,7 @@ def test_with_lopti_off_and_the_fast_path_on_each_option_trains_like_grpo(reques
 @pytest.mark.parametrize("option", COMPOSING)
 @pytest.mark.parametrize("family", EVERY_FAMILY)
 def test_with_ar_and_lopti_on_each_composing_option_trains(request, tmp_path, family, option):
-    """η just above the uniform probability 1/V puts some of a random tiny model's sampled tokens on each side, so
+    """η = 1/V, the uniform probability, puts some of a random tiny model's sampled tokens on each side, so
     each of Lopti's two phases (one optimizer step each) has tokens to train on."""
     folder, prompts = family_inputs(request, family)
     vocabulary = load(folder)[0].get_output_embeddings().weight.size(0)
