@@ -7,6 +7,7 @@ metrics' meanings are in docs/trainer.md ("Metrics").
 from __future__ import annotations
 
 import torch
+from trl.trainer.utils import nanmax, nanmin
 
 from lopti.core import low_prob_mask
 from lopti.core.bound import logit_grad_norm_from_sum_sq
@@ -17,8 +18,10 @@ from lopti.core.objective import credit_shares
 class StepMetrics:
     """Logging of one loss pass, on the trainer's `_metrics` (TRL's store), gathered over the processes."""
 
-    def _log_step_metrics(self, logps, old_logps, entropies, mask, terms, policy_loss, phase, kl, aux_loss):
+    def _log_step_metrics(self, logps, old_logps, advantages, entropies, mask, terms, policy_loss, phase, kl, aux_loss):
         """Log TRL's metrics of the loss with TRL's names and meanings, and lopti's own under its prefixes.
+
+        `advantages` are the (B, T) advantages before lopti's credit (AR's positive weights keep their signs).
 
         `policy_loss` is TRL's: the aggregated policy (and KL) loss before the entropy bonus and before the
         division for gradient accumulation, logged, as TRL logs it, when the entropy bonus is on; with Lopti,
@@ -38,6 +41,7 @@ class StepMetrics:
             metrics[f"credit/{key}"].append(mean_of(values))
         for name, value in terms.metrics.items():
             metrics[f"clip/{name}"].append(self.accelerator.gather(value.detach()).nanmean().item())
+        self._log_trl_clip_ratios(torch.exp(logps.detach() - old_logps), advantages, mask)
         if kl is not None:
             metrics["kl"].append(mean_of(kl, terms.active))
         gathered_policy_loss = self.accelerator.gather(policy_loss).nanmean().item()
@@ -49,6 +53,33 @@ class StepMetrics:
                 metrics["entropy_coef"].append(self.args.entropy_coef)
         if aux_loss is not None:
             metrics["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+    def _log_trl_clip_ratios(self, ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> None:
+        """Log the clip ratios GRPOTrainer logs for its `loss_type`, of the token ratio r = π/π_old, with TRL's names
+        and meanings, so that a run logs them whichever code computes the loss.
+
+        The clipped surrogates (grpo, bnpo, dr_grpo, dapo, luspo): `clip_ratio/low_mean`, `high_mean` and
+        `region_mean`, the shares of tokens with r < 1 − ε_low and Â < 0, r > 1 + ε_high and Â > 0, or either, over
+        all processes' tokens; `clip_ratio/low_min` and `high_max`, the least and the most of one response's tokens
+        clipped low and high. CISPO: `cispo_clip_ratio`, the share with r > ε_high and Â > 0. SAPO: none.
+        """
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        valid = mask.bool()
+        if self.loss_type == "cispo":
+            capped = (ratio > self.epsilon_high) & (advantages > 0)
+            metrics["cispo_clip_ratio"].append(self._gathered_mean(capped.float(), valid))
+        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+            return
+        low = ((ratio < 1 - self.epsilon_low) & (advantages < 0)).float()
+        high = ((ratio > 1 + self.epsilon_high) & (advantages > 0)).float()
+        for name, clipped in (("low", low), ("high", high), ("region", torch.maximum(low, high))):
+            metrics[f"clip_ratio/{name}_mean"].append(self._gathered_mean(clipped, valid))
+
+        def per_response(clipped: torch.Tensor) -> torch.Tensor:  # NaN for a response without counted tokens
+            return self.accelerator.gather((clipped * mask).sum(-1) / mask.sum(-1))
+
+        metrics["clip_ratio/low_min"].append(nanmin(per_response(low)).item())
+        metrics["clip_ratio/high_max"].append(nanmax(per_response(high)).item())
 
     def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase) -> None:
         """Log each π_old bucket's share of the tokens and of the gradient, also per advantage sign, and Lopti's moves.

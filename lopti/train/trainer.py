@@ -300,7 +300,9 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         if self.aux_loss_enabled:  # TRL's MoE load-balancing loss, scaled for accumulation as TRL scales it
             loss = loss + self.router_aux_loss_coef * aux_loss / self._accumulation()
         loss = self._guard_nonfinite(loss, logps)
-        self._log_step_metrics(logps, old_logps, entropies, mask, terms, policy_loss.detach(), phase, kl, aux_loss)
+        self._log_step_metrics(
+            logps, old_logps, advantages, entropies, mask, terms, policy_loss.detach(), phase, kl, aux_loss
+        )
         self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
         return loss
 

@@ -70,3 +70,62 @@ def tiny_hybrid_model_dir(tiny_model_dir, tmp_path_factory):
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )  # fmt: skip
     return save_seeded(Lfm2ForCausalLM, config, tokenizer, folder)
+
+
+# A chat template that renders an image part as the LLaVA image token, and text parts as themselves.
+IMAGE_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_vision_model_dir(tiny_model_dir, tmp_path_factory):
+    """Return a tiny LLaVA (a 1-layer CLIP vision tower on 8×8 images, 4 patches, and a 2-layer Qwen2) saved with a
+    processor built offline from the tiny tokenizer, an `<image>` token and CLIP's image processor."""
+    from transformers import (
+        AutoTokenizer,
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        Qwen2Config,
+    )
+
+    folder = tmp_path_factory.mktemp("tiny-vision")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.add_tokens(["<image>"], special_tokens=True)
+    processor = LlavaProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8}),
+        tokenizer=tokenizer, patch_size=4, vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        chat_template=IMAGE_CHAT_TEMPLATE,
+    )  # fmt: skip
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, image_size=8, patch_size=4),
+        text_config=Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024,
+                                tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                                pad_token_id=tokenizer.pad_token_id),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1, tie_word_embeddings=True,
+    )  # fmt: skip
+    save_seeded(LlavaForConditionalGeneration, config, tokenizer, folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def image_prompts(kk_prompts):
+    """Return the K&K prompts as chat messages, each with a random 8×8 image (TRL's `image` column)."""
+    import numpy as np
+    from datasets import Dataset
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (len(kk_prompts), 8, 8, 3), dtype=np.uint8)
+    rows = [{"prompt": [{"role": "user", "content": row["prompt"]}], "image": Image.fromarray(image)}
+            for row, image in zip(kk_prompts, pixels, strict=True)]  # fmt: skip
+    return Dataset.from_list(rows)

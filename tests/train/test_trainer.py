@@ -1,10 +1,11 @@
 """LoptiGRPOTrainer against plain TRL GRPOTrainer on a tiny model (CPU, seconds)."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.train.config import LoptiGRPOConfig
@@ -32,14 +33,19 @@ COMMON = dict(
 )
 
 
+def load(folder):
+    """Return the model and processing class saved in `folder`: a vision-language model and its processor where
+    the folder holds a processor, else a causal LM and its tokenizer."""
+    if (Path(folder) / "processor_config.json").exists():
+        return AutoModelForImageTextToText.from_pretrained(folder), AutoProcessor.from_pretrained(folder)
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
 def make(trainer_cls, config_cls, folder, prompts, tmp_path, **overrides):
     args = config_cls(output_dir=str(tmp_path / trainer_cls.__name__), **{**COMMON, **overrides})
+    model, processing_class = load(folder)
     return trainer_cls(
-        model=AutoModelForCausalLM.from_pretrained(folder),
-        reward_funcs=[id_reward],
-        args=args,
-        train_dataset=prompts,
-        processing_class=AutoTokenizer.from_pretrained(folder),
+        model=model, reward_funcs=[id_reward], args=args, train_dataset=prompts, processing_class=processing_class
     )
 
 

@@ -36,9 +36,9 @@ def test_moe_loss_adds_the_router_loss_as_trl_does(tiny_moe_model_dir, kk_prompt
 
 
 def test_vision_inputs_reach_the_loss_forward_as_trl_passes_them(tiny_model_dir, kk_prompts, tmp_path, monkeypatch):
-    """No vision-language processor can be built here without downloading one, so this checks the forward call
-    itself: given one batch carrying every vision field TRL's loss reads, lopti's `_compute_loss` calls TRL's
-    log-prob forward with the same arguments as TRL's `_compute_loss` (a recording stands in for the forward)."""
+    """Every vision field TRL's loss reads, beyond the ones a tiny LLaVA gives (tests/train/test_conformance.py
+    trains one end to end): given one batch carrying them all, lopti's `_compute_loss` calls TRL's log-prob forward
+    with the same arguments as TRL's `_compute_loss` (a recording stands in for the forward)."""
     trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1)
     calls = []
 
