@@ -86,6 +86,9 @@ TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
     "max_prompt_length": {"min": 1},
     "temperature": {"above": 0},
     "top_p": {"above": 0, "max": 1},
+    "top_k": {"min": 0},  # 0: off (TRL's default)
+    "min_p": {"min": 0, "max": 1},
+    "repetition_penalty": {"above": 0},
     "epsilon": {"min": 0},
     "epsilon_high": {"min": 0},
     "max_grad_norm": {"min": 0},

@@ -10,7 +10,7 @@
   batch is skipped; so is a step with a non-finite loss. Skipping drops the gradients before
   `optimizer.step()`, so Adam's momentum does not move the weights either (a zero loss would). After
   `max_nonfinite_losses` skipped steps in a row the run stops. Counts are logged per logging step as
-  `nonfinite_rewards` and `nonfinite_losses`.
+  `lopti/nonfinite_rewards` and `lopti/nonfinite_losses`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class TrainingGuard(TrainerCallback):
             self.batch_problem = problem
             self.counts[0] += len(bad)
         else:
-            add_count(self.trainer._metrics["eval"], "nonfinite_rewards", len(bad))
+            add_count(self.trainer._metrics["eval"], "lopti/nonfinite_rewards", len(bad))
         return [None if i in bad else value for i, value in enumerate(values)]
 
     def note_loss(self, loss: torch.Tensor) -> bool:
@@ -148,7 +148,7 @@ class TrainingGuard(TrainerCallback):
         finite = bool(torch.isfinite(loss))
         if not self.trainer.model.training:
             if not finite:
-                add_count(self.trainer._metrics["eval"], "nonfinite_losses", 1)
+                add_count(self.trainer._metrics["eval"], "lopti/nonfinite_losses", 1)
             return finite
         if not finite:
             self.counts[1] += 1
@@ -167,8 +167,8 @@ class TrainingGuard(TrainerCallback):
         totals = torch.cat([self.counts, torch.tensor([float(self.step_problem is not None)])])
         totals = accelerator.reduce(totals.to(accelerator.device), "sum").tolist()
         metrics = self.trainer._metrics["train"]
-        add_count(metrics, "nonfinite_rewards", totals[0])
-        add_count(metrics, "nonfinite_losses", totals[1])
+        add_count(metrics, "lopti/nonfinite_rewards", totals[0])
+        add_count(metrics, "lopti/nonfinite_losses", totals[1])
         problem = self.step_problem or "another process had non-finite rewards or losses"
         self.counts.zero_()
         self.step_problem = None

@@ -199,7 +199,7 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
 
     def _count_reward_errors(self, count: int) -> None:
         """Count samples a reward function raised on (reward_errors: skip) in the `reward_errors` metric."""
-        add_count(self._metrics["train" if self.model.training else "eval"], "reward_errors", count)
+        add_count(self._metrics["train" if self.model.training else "eval"], "lopti/reward_errors", count)
 
     # --- transformers override: a resume's "missing keys" warning leaves out the tied weights. safetensors stores
     # a tied output head once, under the input embedding's name, so its key is always "missing" from a checkpoint

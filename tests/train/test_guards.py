@@ -75,7 +75,7 @@ def test_nonfinite_reward_skips_its_updates_then_stops(bad, estimator, tiny_mode
     # Steps 2 and 3 were skipped: Adam's momentum from step 1 would have moved the weights under a zero loss.
     for step in (2, 3):
         assert all(torch.equal(p, q) for p, q in zip(snapshots.weights[1], snapshots.weights[step], strict=True))
-    assert logged(trainer, "nonfinite_rewards") == [0.0, 1.0, 1.0]  # a count per step, not a mean
+    assert logged(trainer, "lopti/nonfinite_rewards") == [0.0, 1.0, 1.0]  # a count per step, not a mean
     warnings = [r.getMessage() for r in caplog.records if "reward function 'flaky'" in r.getMessage()]
     assert warnings and f"returned {bad} for sample 1 of the batch (1 of 4 non-finite)" in warnings[0]
 
@@ -97,12 +97,12 @@ def test_nonfinite_loss_drops_the_whole_update_and_is_counted(tiny_model_dir, kk
         return returned, moved
 
     assert micro_steps(1.0, 2.0) == ([1.0, 2.0], True)
-    assert trainer._metrics["train"]["nonfinite_losses"] == [0.0]
+    assert trainer._metrics["train"]["lopti/nonfinite_losses"] == [0.0]
     assert micro_steps(1.0, math.nan) == ([1.0, 0.0], False)  # one bad micro-step drops the whole update
-    assert trainer._metrics["train"]["nonfinite_losses"] == [1.0]
+    assert trainer._metrics["train"]["lopti/nonfinite_losses"] == [1.0]
     assert micro_steps(1.0) == ([1.0], True)  # a clean step resets the run of skipped ones
     assert micro_steps(math.inf) == ([0.0], False)
-    assert trainer._metrics["train"]["nonfinite_losses"] == [2.0]  # summed until the next log
+    assert trainer._metrics["train"]["lopti/nonfinite_losses"] == [2.0]  # summed until the next log
     with pytest.raises(TrainingStopped, match=r"2 poisoned update\(s\) in a row.*loss was not finite.*learning rate"):
         micro_steps(math.nan)
 
@@ -186,7 +186,7 @@ def test_a_reward_that_raises_stops_training_or_with_skip_counts_as_no_reward(ti
     one_bad.bad = None
     trainer = make(tiny_model_dir, kk_prompts, tmp_path, one_bad, max_steps=2, reward_errors="skip")
     trainer.train()
-    assert sum(logged(trainer, "reward_errors")) >= 1
+    assert sum(logged(trainer, "lopti/reward_errors")) >= 1
 
 
 def test_an_async_reward_that_raises_or_hangs_stops_training_or_with_skip_scores_no_reward(
@@ -205,7 +205,7 @@ def test_an_async_reward_that_raises_or_hangs_stops_training_or_with_skip_scores
         make(tiny_model_dir, kk_prompts, tmp_path, remote, max_steps=1).train()
     trainer = make(tiny_model_dir, kk_prompts, tmp_path, remote, max_steps=1, reward_errors="skip")
     trainer.train()
-    assert trainer.state.global_step == 1 and sum(logged(trainer, "reward_errors")) >= 1
+    assert trainer.state.global_step == 1 and sum(logged(trainer, "lopti/reward_errors")) >= 1
     remote.delay = 30
     with pytest.raises(TrainingStopped, match=r"^reward function 'remote' took more than 0.5 s \(reward_timeout\)"):
         make(tiny_model_dir, kk_prompts, tmp_path, remote, max_steps=1, reward_timeout=0.5).train()
