@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 CASES = """
---temperature -1 | --temperature 0 | --temperature nan | --top_p 0 | --top_p 2 | --top_k -1 | --min_p 2
+--temperature -1 | --temperature 0 | --temperature nan | --top_p 0 | --top_p 2 | --top_k -1 | --top_k 0 | --min_p 2
 --repetition_penalty 0 | --learning_rate -1 | --learning_rate 0 | --learning_rate nan | --learning_rate inf
 --max_steps 0 | --max_steps -1 | --num_train_epochs -1 | --num_generations 1 | --per_device_train_batch_size 12
 --gradient_accumulation_steps 0 | --epsilon -0.1 | --epsilon 0.3 --epsilon_high 0.1 | --dual_clip 0.5
