@@ -31,7 +31,7 @@ CASES = """
 --eval_max_new_tokens 0 | --eval_samples -1 | --eval_samples 0 | --eval_temperature -1
 --eval_sampled_prompts 0 | --eval_sampled_prompts 5000 | --reward_timeout -1 | --rewards [] | --rewards nonexistent
 --template foo | --task foo | --loss_type nonsense | --advantage_estimator nonsense | --lr_scheduler_type nonsense
---fixed_names maybe | --warmup_ratio 2
+--fixed_names maybe | --warmup_ratio 2 | --optim nonsense | --importance_sampling_level tokens
 """
 
 

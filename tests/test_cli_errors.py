@@ -43,6 +43,11 @@ TRAIN = [
     (["--top_k", "-1"], "top_k must be ≥ 0, got -1"),
     (["--min_p", "2"], "min_p must be ≥ 0 and ≤ 1, got 2"),
     (["--repetition_penalty", "0"], "repetition_penalty must be > 0, got 0"),
+    (["--lr_scheduler_type", "nonsense"], "lr_scheduler_type must be one of linear, cosine,"),
+    (
+        ["--importance_sampling_level", "tokens"],
+        "importance_sampling_level must be one of token, sequence, got 'tokens'",
+    ),
     (["--eval_puzzles", "0", "--evaluate", "true"], "evaluate: true needs held-out prompts, but eval_puzzles is 0"),
     (["--report_to", "wandb"], "report_to 'wandb': wandb is not installed"),
     (["--output_dir", ""], "output_dir needs a folder path"),

@@ -1,8 +1,8 @@
 """Typing and checking of settings dataclasses: what a value of each field looks like, and whether it fits.
 
-Every command's settings are dataclasses whose fields carry their help and bounds in the metadata
-("help", and "min" / "above" / "max" / "or" for numbers, "min_items" for lists). These functions read the
-annotations and the metadata, so a new field is described, converted and checked without touching any of them.
+Every command's settings are dataclasses whose fields carry their help and bounds in the metadata ("help", and
+"min" / "above" / "max" / "or" for numbers, "min_items" for lists, "choices" for names). These functions read
+the annotations and the metadata, so a new field is described, converted and checked without touching any of them.
 """
 
 from __future__ import annotations
@@ -199,7 +199,9 @@ def _convert(value: Any, hint: Any) -> Any:
 
 def _bounds_problem(value: Any, bounds: dict[str, Any]) -> str | None:
     """Return what `value` must be when it lies outside `bounds` ("min", "above", "max", "or"; "min_items" for a
-    list), else None."""
+    list; "choices" for a name), else None."""
+    if isinstance(value, str) and "choices" in bounds and value not in bounds["choices"]:
+        return "one of " + ", ".join(bounds["choices"])
     if isinstance(value, list) and len(value) < bounds.get("min_items", 0):
         return f"a list of at least {bounds['min_items']} name(s)"
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value in bounds.get("or", ()):

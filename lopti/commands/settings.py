@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
+from transformers.training_args import OptimizerNames
+
 from lopti.commands.command_line import load_yaml
 from lopti.commands.fields import check_keys, check_values, field_names, settings_fields
 from lopti.errors import UserError, check_output_folder
@@ -68,6 +71,12 @@ class RunConfig(TaskData):
     )
 
 
+# transformers' named choices, checked with the key named (transformers' own error names only the enum)
+TRAINER_CHOICES = {
+    "lr_scheduler_type": SchedulerType, "optim": OptimizerNames, "save_strategy": SaveStrategy,
+    "logging_strategy": IntervalStrategy, "eval_strategy": IntervalStrategy,
+}  # fmt: skip
+
 # Bounds of TRL / transformers fields (ours carry theirs in the field metadata): out of them, these failed late
 # (a traceback once the model was built) or silently (a run that trains nothing). "or": allowed sentinels.
 TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
@@ -101,6 +110,8 @@ TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
     "save_total_limit": {"min": 1},
     "seed": {"min": 0, "max": 2**32 - 1},  # numpy's limit
     "data_seed": {"min": 0},
+    "importance_sampling_level": {"choices": ("token", "sequence")},
+    **{key: {"choices": tuple(item.value for item in kind)} for key, kind in TRAINER_CHOICES.items()},
 }
 
 
