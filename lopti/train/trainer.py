@@ -42,6 +42,7 @@ from lopti.core import (
 from lopti.core.objective import BUILT_IN_STEPS, Surrogate
 from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.engines import check_weight_sync, colocated_vllm_model
 from lopti.train.fast_path import CpuFastPath
 from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
@@ -156,6 +157,8 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
 
         funcs = [guarded(f) if is_python_reward(f) else f for f in funcs]
         super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
+        if self.use_vllm and self.vllm_mode == "colocate":  # before any step: a build that cannot take weights
+            check_weight_sync(colocated_vllm_model(self.vllm_generation.llm))
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
         self._log_sum_sq = LogSumSqCapture(self.model, self.temperature, self.args.cast_lm_head_to_fp32)

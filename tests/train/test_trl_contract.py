@@ -53,3 +53,10 @@ def test_loss_forward_passes_every_model_input_trl_accepts():
     handled = ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
                "compute_aux_loss"]  # fmt: skip
     assert sorted(EXTRA_FORWARD_INPUTS) == sorted(set(params) - set(handled))
+
+
+def test_the_colocated_vllm_model_is_the_one_trl_syncs_weights_into():
+    """lopti.train.engines checks the module TRL's `sync_weights` loads the trained weights into."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert "llm.llm_engine.model_executor.driver_worker.model_runner.model" in inspect.getsource(VLLMGeneration)

@@ -1,0 +1,40 @@
+"""Checks of the generation engines TRL drives, made once the engine is built and before the first step, so a
+setup that cannot train ends in one line instead of a traceback from inside the engine.
+
+A colocated vLLM engine (`use_vllm=True, vllm_mode="colocate"`) receives the trained weights after every optimizer
+step: TRL's `sync_weights` hands each tensor to the vLLM model's `load_weights`, which copies it into the
+parameter the layer computes with. vLLM's CPU build breaks that contract: after loading, it repacks each linear
+layer's weight for its CPU kernels (oneDNN, sgl-kernel, zentorch) and keeps only the packed copy. Linear layers
+are left with an empty parameter that has no `weight_loader`, so the first sync fails
+(`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and an embedding whose matrix also
+serves as the output head (a tied `lm_head`) computes its logits from a copy no sync reaches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lopti.errors import UserError
+
+
+def colocated_vllm_model(llm: Any) -> torch.nn.Module:
+    """Return the model a colocated vLLM engine computes with (the module TRL's `sync_weights` loads into)."""
+    return llm.llm_engine.model_executor.driver_worker.model_runner.model
+
+
+def check_weight_sync(model: torch.nn.Module) -> None:
+    """Raise UserError when trained weights loaded into the vLLM `model` would not reach its computation: a layer
+    that computes with a repacked copy of its weight (`cpu_linear` other than a plain linear) or whose weight is
+    an empty tensor without a loader."""
+    for name, module in model.named_modules():
+        packed = getattr(module, "cpu_linear", torch.nn.functional.linear) is not torch.nn.functional.linear
+        weight = getattr(module, "weight", None)
+        emptied = isinstance(weight, torch.Tensor) and weight.numel() == 0 and not hasattr(weight, "weight_loader")
+        if packed or emptied:
+            raise UserError(
+                f"use_vllm: this vLLM build computes {name} with a copy of its weight packed for its CPU kernels, "
+                "which the weight sync after each optimizer step cannot update (vLLM's CPU build keeps only the "
+                "packed copy); run vLLM on a GPU, or set use_vllm=False"
+            )
