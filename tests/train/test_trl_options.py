@@ -197,3 +197,68 @@ def test_the_trainers_own_credit_steps_count_as_a_feature(tiny_model_dir, kk_pro
             model=str(tiny_model_dir), reward_funcs=[], token_credit=keep_all, train_dataset=kk_prompts,
             args=LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], loss_type="vespo"),
         )  # fmt: skip
+
+
+def loss_and_gradient(trainer, compute_loss, inputs):
+    """Return the loss `compute_loss(model, inputs)` and the gradient it gives every weight."""
+    trainer.model.zero_grad()
+    loss = compute_loss(trainer.model, inputs)
+    loss.backward()
+    return loss.item(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in trainer.model.parameters()]
+
+
+EMPTIED = {
+    "grpo": dict(loss_type="grpo"),
+    "bnpo": dict(loss_type="bnpo"),
+    "dr_grpo": dict(loss_type="dr_grpo"),
+    "dapo": dict(loss_type="dapo"),
+    "grpo+kl+entropy": dict(loss_type="grpo", beta=0.04, entropy_coef=0.01),
+    "sapo+ar": dict(loss_type="sapo", ar_alpha=0.5),
+    "luspo+ar": dict(loss_type="luspo", ar_alpha=0.5),
+}
+
+
+@pytest.mark.parametrize("settings", EMPTIED.values(), ids=EMPTIED.keys())
+def test_responses_without_loss_tokens_count_as_trl_counts_them(tiny_model_dir, kk_prompts, tmp_path, settings):
+    """TRL's mask_truncated_completions leaves a truncated response no loss token: TRL's per-response means count it
+    as a zero, and a micro-batch of such responses has a zero loss. Lopti's loss and gradient are TRL's on the same
+    batch (with AR, TRL's given the AR-weighted advantages; on-policy, so π_old is the loss pass's π)."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, **settings)  # fmt: skip
+    assert not trainer._trl_loss
+    batch = one_batch(trainer, kk_prompts)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    credit = 0.5 * trainer._latest_logps.exp() + 0.5 if trainer.args.ar_alpha else torch.ones(1)
+    trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
+    for emptied in (slice(0, None, 2), slice(None)):  # half the responses, then all of them
+        batch["completion_mask"] = batch["completion_mask"].clone()
+        batch["completion_mask"][emptied] = 0
+        lopti_loss, lopti_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+        credited = {**batch, "advantages": batch["advantages"][:, None] * credit}
+        expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, credited)
+        assert lopti_loss == pytest.approx(expected_loss, abs=1e-7)
+        for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
+            torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert lopti_loss == 0.0
+
+
+@pytest.mark.parametrize("cpu_fast_path", [False, True], ids=["trl-forward", "fast-path"])
+def test_truncated_completions_masked_train_like_grpo(tiny_model_dir, kk_prompts, tmp_path, cpu_fast_path):
+    """The tiny model's completions all reach max_completion_length: TRL's mask_truncated_completions leaves no
+    loss token, and both trainers take the same (zero) steps."""
+    settings = dict(loss_type="grpo", mask_truncated_completions=True, num_iterations=2)
+    plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=cpu_fast_path)
+    assert set(logged(plain, "completions/clipped_ratio")) == {1.0}
+    assert_trains_like_grpo(plain, ours, FAST_PATH if cpu_fast_path else EXACT)
+
+
+def test_truncated_completions_masked_with_lopti_features_train(tiny_model_dir, kk_prompts, tmp_path):
+    """With AR, Lopti, lopti's advantages and the update-quality metrics on, a generated batch without a loss token
+    trains zero steps instead of stopping."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2,
+                   mask_truncated_completions=True, ar_alpha=0.3, lopti=True, num_iterations=2,
+                   advantage_estimator="grpo", update_quality_every=1)  # fmt: skip
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert logged(trainer, "loss") == [0.0, 0.0] and logged(trainer, "grad_norm") == [0.0, 0.0]
