@@ -262,3 +262,90 @@ def test_truncated_completions_masked_with_lopti_features_train(tiny_model_dir, 
     trainer.train()
     assert trainer.state.global_step == 2
     assert logged(trainer, "loss") == [0.0, 0.0] and logged(trainer, "grad_norm") == [0.0, 0.0]
+
+
+def off_policy_batch(trainer, prompts):
+    """Return one batch whose old and reference log-probs are off the current ones (r ≠ 1, a non-zero KL)."""
+    batch = one_batch(trainer, prompts)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    logps = trainer._latest_logps
+    shift = torch.linspace(-0.3, 0.3, logps.numel()).view_as(logps)
+    return {**batch, "old_per_token_logps": logps + shift, "ref_per_token_logps": logps - 2 * shift}
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo"])
+def test_cispo_and_sapo_compose_with_the_kl_estimators_and_the_entropy_bonus(peaked_model_dir, kk_prompts, tmp_path,
+                                                                             loss_type):  # fmt: skip
+    """docs/trainer.md: with AR, k3's KL and the entropy bonus, the loss and gradient are TRL's for the loss type
+    given the AR-weighted advantages; another estimator changes only the KL term: by β × k2 − k3, aggregated as the
+    loss type aggregates (k2 = ½ d², k3 = e^(−d) + d − 1, d = log π − log π_ref)."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, loss_type=loss_type, epsilon_high=1.05, ar_alpha=0.5, beta=0.04,
+                   entropy_coef=0.01)  # fmt: skip
+    batch = off_policy_batch(trainer, kk_prompts)
+    credited = {**batch, "advantages": batch["advantages"][:, None] * (0.5 * batch["old_per_token_logps"].exp() + 0.5)}
+    k3_loss, k3_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+    trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
+    expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, credited)
+    assert k3_loss == pytest.approx(expected_loss, abs=1e-6)
+    for ours, theirs in zip(k3_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    trainer.args.kl_estimator = "k2"
+    k2_loss, _ = loss_and_gradient(trainer, trainer._compute_loss, batch)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    d = trainer._latest_logps - batch["ref_per_token_logps"]
+    mask = batch["completion_mask"].float()
+    gap = (0.5 * d.square() - (torch.exp(-d) + d - 1)) * mask
+    aggregated = gap.sum() / batch["num_items_in_batch"] if loss_type == "cispo" else (gap.sum(1) / mask.sum(1)).mean()
+    assert abs(aggregated.item()) > 1e-3, "the estimators must differ for the test to see it"
+    assert k2_loss - k3_loss == pytest.approx(0.04 * aggregated.item(), abs=1e-6)
+
+
+def test_luspo_composes_with_credit_presets(peaked_model_dir, kk_prompts, tmp_path):
+    """The refusal of presets with cispo and sapo points to luspo: with W-REINFORCE's weights (positive advantages
+    × 0.1) and STAPO's dropped tokens (out of every term and the denominators), the loss and gradient are TRL's
+    LUSPO given the weighted advantages and a loss mask without the dropped tokens."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, loss_type="luspo", token_credit=["w_reinforce", "stapo"],
+                   token_credit_kwargs={"stapo": {"prob_threshold": 0.5, "entropy_quantile": 1.0}})  # fmt: skip
+    batch = off_policy_batch(trainer, kk_prompts)
+    decisions = []
+    objective = trainer._objective
+    trainer._objective = lambda *args: decisions.append(objective(*args)) or decisions[-1]
+    lopti_loss, lopti_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+    dropped = decisions[0].credit["stapo"].drop
+    mask = batch["completion_mask"].bool()
+    assert 0 < (dropped & mask).sum() < mask.sum(), "STAPO must drop some tokens, not all"
+    advantages = batch["advantages"][:, None].expand_as(dropped)
+    weighted = advantages * torch.where(advantages > 0, 0.1, 1.0)
+    # TRL's loss leaves out the tokens of its tool mask, which, unlike the completion mask, the forward attends to
+    credited = {**batch, "advantages": weighted, "tool_mask": (~dropped).long()}
+    trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
+    expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, credited)
+    assert lopti_loss == pytest.approx(expected_loss, abs=1e-7)
+    for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
+
+
+def test_dual_clip_is_trls_delta(peaked_model_dir, kk_prompts, tmp_path):
+    """The refusal of `delta` with lopti's features says to set dual_clip=delta: for δ > 1 + ε_high, TRL's two-sided
+    clip −min(min(r, δ)·Â, clip(r)·Â) is the dual-clip loss with c = δ, loss and gradient."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, epsilon=0.05, dual_clip=1.1)  # fmt: skip
+    batch = off_policy_batch(trainer, kk_prompts)
+    ratio = (trainer._latest_logps - batch["old_per_token_logps"]).exp()
+    assert ((ratio > 1.1) & (batch["advantages"][:, None] < 0) & batch["completion_mask"].bool()).any()
+    lopti_loss, lopti_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+
+    def trl_loss(model, inputs):
+        return GRPOTrainer._compute_loss(trainer, model, inputs)
+
+    unclipped_loss, _ = loss_and_gradient(trainer, trl_loss, batch)
+    trainer.args.delta = 1.1  # TRL's loss reads it from the config
+    expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, batch)
+    assert abs(unclipped_loss - expected_loss) > 1e-4, "δ must bind for the test to see it"
+    assert lopti_loss == pytest.approx(expected_loss, abs=1e-7)
+    for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
