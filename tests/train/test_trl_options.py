@@ -57,6 +57,23 @@ def train_both(folder, prompts, tmp_path, settings, **lopti_settings):
     return plain, ours
 
 
+# GRPOConfig options read by TRL's generation, rewards, advantages and reference model, which lopti only observes;
+# the sampling settings also with the fast path, whose rollout has its own sampling loop.
+REFERENCE_SYNC = dict(sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.5)
+OBSERVED_OPTIONS = {
+    "sampling": (dict(temperature=0.7, top_p=0.9, top_k=20, min_p=0.01, repetition_penalty=1.2), True),
+    "rewards": (dict(scale_rewards="batch", multi_objective_aggregation="normalize_then_sum"), False),
+    "reference-sync": (dict(beta=0.04, use_bias_correction_kl=True, **REFERENCE_SYNC), False),
+}
+
+
+@pytest.mark.parametrize(("settings", "cpu_fast_path"), OBSERVED_OPTIONS.values(), ids=OBSERVED_OPTIONS.keys())
+def test_options_trls_own_code_reads_train_like_grpo(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path):
+    plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=cpu_fast_path)
+    assert not ours._trl_loss
+    assert_trains_like_grpo(plain, ours, FAST_PATH if cpu_fast_path else EXACT)
+
+
 @pytest.mark.parametrize("settings", TRL_OPTIONS.values(), ids=TRL_OPTIONS.keys())
 def test_each_option_trains_like_grpo_with_lopti_off(tiny_model_dir, kk_prompts, tmp_path, settings):
     plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=False)
