@@ -134,9 +134,9 @@ class CpuFastPath:
                       **others):  # fmt: skip
         """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
         (`packing_applies`, or extra model inputs: images, the MoE loss)."""
-        if not self._fast_path_applies(model, input_ids.device) or any(
-            value is not None and value is not False for value in others.values()
-        ):
+        extra = sorted(name for name, value in others.items() if value is not None and value is not False)
+        problem = f"model inputs beyond the tokens ({', '.join(extra)})" if extra else None
+        if not self._fast_path_applies(model, input_ids.device, problem):
             return None
         with self.accelerator.autocast():
             packed = packing.packed_log_probs(
@@ -147,10 +147,11 @@ class CpuFastPath:
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
-        plain = images is None and not multimodal_fields
-        if not (plain and self._fast_path_applies(model, self.accelerator.device, self._generation_problem())) or (
-            self.use_vllm or self.use_transformers_continuous_batching
-        ):
+        if self.use_vllm or self.use_transformers_continuous_batching:  # not generate: nothing to speed up
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+        images_given = images is not None or bool(multimodal_fields)  # the shared prefill runs the tokens alone
+        problem = "images in the prompts" if images_given else self._generation_problem()
+        if not self._fast_path_applies(model, self.accelerator.device, problem):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
         with packing.fast_generation(model):  # TRL calls model.generate(...)
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)

@@ -44,6 +44,8 @@ def packed_log_probs(
     chunks = []
     for start in range(0, input_ids.size(0), chunk_rows):
         ids, mask = input_ids[start : start + chunk_rows], attention_mask[start : start + chunk_rows]
+        if not mask[:, -completion_length:].any():  # no completion token (TRL's mask_truncated_completions)
+            return None
         packed = pack_shared_prompts(ids, mask, completion_length, pad_token_id)
         if packed is None:
             return None

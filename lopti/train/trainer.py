@@ -53,8 +53,8 @@ from lopti.train.update_quality import UpdateQuality
 logger = logging.getLogger(__name__)
 
 # The inputs besides the token ids that TRL's loss forward hands to the model (images and their layout, token
-# types); `_compute_loss` passes each on as TRL's does. tests/train/test_trl_contract.py checks the list against
-# the signature of TRL's `_get_per_token_logps_and_entropies`.
+# types); `_compute_loss` and the update-quality forward pass each on as TRL's does (`extra_forward_inputs`).
+# tests/train/test_trl_contract.py checks the list against the signature of TRL's `_get_per_token_logps_and_entropies`.
 EXTRA_FORWARD_INPUTS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
     "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
@@ -230,6 +230,8 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
         rewards = torch.nan_to_num(rewards_per_func * weights).sum(dim=1)
         lengths = self.accelerator.gather(local_mask.sum(dim=1))
+        if not lengths.any():  # every response truncated under mask_truncated_completions: no token to credit
+            return torch.zeros(local_mask.shape, device=local_mask.device)
         global_mask = torch.arange(int(lengths.max()), device=lengths.device)[None, :] < lengths[:, None]
         advantages = token_advantages(rewards, global_mask, self.num_generations, self.args.advantage_estimator)
         per_response = advantages[:, 0].masked_fill(unscorable, 0.0)  # outcome advantages: one per response
@@ -264,15 +266,17 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
     # --- TRL override 3: the loss is lopti.core's objective; what stays here is TRL's plumbing. With lopti's loss
     # features off, a TRL loss option beyond grpo/bnpo/dr_grpo/dapo gets GRPOTrainer's own loss (trl_computes_loss).
     def _compute_loss(self, model, inputs):
-        if self._trl_loss:
+        mask = _loss_mask(inputs)
+        # A micro-batch without a loss token (every response truncated under TRL's mask_truncated_completions, or
+        # all tool output): TRL's loss is its MoE router loss alone, and lopti's credit has no token to act on.
+        if self._trl_loss or not mask.any():
             return self._trl_compute_loss(model, inputs)
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        mask = _loss_mask(inputs)
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled, **{name: inputs.get(name) for name in EXTRA_FORWARD_INPUTS},
+            compute_aux_loss=self.aux_loss_enabled, **self.extra_forward_inputs(inputs),
         )  # fmt: skip
         old_logps, advantages = _old_logps_and_advantages(inputs, logps)
         phase = self.lopti_phase() if self.args.lopti else None
@@ -309,6 +313,12 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
         return loss
 
+    @staticmethod
+    def extra_forward_inputs(inputs: dict) -> dict[str, Any]:
+        """Return the micro-batch's model inputs beyond the token ids (images, their layout, token types) as TRL's
+        loss forward passes them: lopti's loss forward and the update-quality forward hand them to the model."""
+        return {name: inputs.get(name) for name in EXTRA_FORWARD_INPUTS}
+
     def _trl_compute_loss(self, model, inputs):
         """Return GRPOTrainer's own loss, with its metrics, and log lopti's probability metrics of the same pass
         (on TRL's advantages, which no lopti feature reweights); a non-finite loss is guarded as lopti's is."""
@@ -316,7 +326,8 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         logps = self._latest_logps
         old_logps, advantages = _old_logps_and_advantages(inputs, logps)
         mask = _loss_mask(inputs)
-        self._log_probability_metrics(logps, old_logps, mask, mask.bool(), advantages, None)
+        if mask.any():  # no loss token: no probability to measure
+            self._log_probability_metrics(logps, old_logps, mask, mask.bool(), advantages, None)
         return self._guard_nonfinite(loss, logps)
 
     @staticmethod
@@ -367,7 +378,13 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
             if self.model.training:
                 num_tokens = num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
             return aggregate_loss(per_token, mask, mode, num_tokens=num_tokens)
-        return aggregate_loss(per_token, mask, mode, max_length=self.max_completion_length)
+        loss = aggregate_loss(per_token, mask, mode, max_length=self.max_completion_length)
+        if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+            # TRL's per-response means count a response without a counted token (truncated under
+            # mask_truncated_completions, all tool output, or every token dropped by a credit step) as a zero, where
+            # aggregate_loss leaves it out: keep TRL's denominator, the micro-batch's responses.
+            loss = loss * mask.any(dim=1).to(loss.dtype).mean()  # exactly 1 where every response counts
+        return loss
 
     def _guard_nonfinite(self, loss: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
         """Return the loss, or a zero one when it is not finite; `TrainingGuard` then drops the optimizer step's

@@ -83,14 +83,18 @@ class UpdateQuality(TrainerCallback):
         trainer = self.trainer
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        # as TRL takes its own log-probs without gradients: checkpointing has nothing to save there
+        # as TRL takes its own log-probs without gradients: checkpointing has nothing to save there. The model gets
+        # the loss forward's inputs (a vision-language model its images), so that log π is the loss's log π.
         with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
             new, _, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model,
                 torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
                 torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
                 completion_ids.size(1),
+                **trainer.extra_forward_inputs(inputs),
             )
+        if not mask.any():  # every response truncated (mask_truncated_completions): no token to measure
+            return torch.zeros(6, buckets, dtype=torch.float64, device=new.device)
         advantages = inputs["advantages"]
         advantages = advantages[:, None].expand_as(new) if advantages.dim() == 1 else advantages
         index = probability_buckets(old, mask, edges)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 from test_trainer import FAST_PATH, make
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.train import packing
-from lopti.train.fast_path import CpuFastPath, model_problem, skips_old_forward
+from lopti.train.fast_path import CpuFastPath, generation_problem, model_problem, skips_old_forward
 
 
 @dataclass
@@ -85,16 +85,46 @@ def rollout(trainer, prompts):
     return trainer._generate_single_turn(prompt_ids, None, {}, 4)[0]
 
 
-def test_beam_search_is_left_to_trl(tiny_model_dir, kk_prompts, tmp_path, monkeypatch, caplog):
+# Generation settings the fast rollout does not reproduce, each with the reason its debug note gives.
+LEFT_TO_GENERATE = {
+    "beam-search": (dict(generation_kwargs={"num_beams": 2}), "generation mode beam_sample (num_beams=2)"),
+    "no-cache": (dict(generation_kwargs={"use_cache": False}), "use_cache=False"),
+    "static-cache": (dict(cache_implementation="static"), "cache_implementation='static'"),
+}
+
+
+@pytest.mark.parametrize(("settings", "reason"), LEFT_TO_GENERATE.values(), ids=LEFT_TO_GENERATE.keys())
+def test_generation_settings_it_does_not_reproduce_are_left_to_trl(tiny_model_dir, kk_prompts, tmp_path, monkeypatch,
+                                                                   caplog, settings, reason):  # fmt: skip
     monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
     completions = {}
     for fast in (False, True):
         trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1,
-                       cpu_fast_path=fast, generation_kwargs={"num_beams": 2})  # fmt: skip
+                       cpu_fast_path=fast, **settings)  # fmt: skip
         with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
             completions[fast] = rollout(trainer, kk_prompts)
     assert completions[True] == completions[False]
-    assert "fast path leaves this to TRL's own code: generation mode beam_sample (num_beams=2)" in caplog.text
+    assert f"fast path leaves this to TRL's own code: {reason}" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        (dict(num_return_sequences=2, do_sample=True), "num_return_sequences=2"),
+        (dict(prompt_lookup_num_tokens=2, do_sample=False), "generation mode assisted_generation"),
+    ],
+)
+def test_other_generation_modes_are_named(settings, reason):
+    assert reason in generation_problem(GenerationConfig(**settings))
+    assert generation_problem(GenerationConfig(do_sample=True, top_k=5)) is None
+
+
+def test_sliding_window_layers_are_named(tiny_model_dir):
+    """A sliding window is not in the packed layout's mask: a model with one runs TRL's forwards."""
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.update(dict(use_sliding_window=True, sliding_window=4, max_window_layers=0,
+                       layer_types=["sliding_attention"] * config.num_hidden_layers))  # fmt: skip
+    assert "DynamicSlidingWindowLayer" in model_problem(AutoModelForCausalLM.from_config(config))
 
 
 def test_hybrid_model_runs_trl_code_only(tiny_hybrid_model_dir, tiny_model_dir, kk_prompts, tmp_path, monkeypatch,
@@ -108,3 +138,27 @@ def test_hybrid_model_runs_trl_code_only(tiny_hybrid_model_dir, tiny_model_dir, 
         trainer.train()
     assert "its cache has LinearAttentionLayer layers, not only full attention" in caplog.text
     assert model_problem(AutoModelForCausalLM.from_pretrained(tiny_model_dir)) is None
+
+
+@pytest.mark.parametrize(
+    ("family", "reason"),
+    [
+        ("tiny_vision_model_dir", "images in the prompts"),
+        ("tiny_vision_model_dir", "model inputs beyond the tokens (num_images, pixel_values)"),
+        ("tiny_moe_model_dir", "model inputs beyond the tokens (compute_aux_loss)"),
+    ],
+)
+def test_models_with_inputs_beyond_the_tokens_run_trls_forwards(request, image_prompts, kk_prompts, tmp_path,
+                                                                monkeypatch, caplog, family, reason):  # fmt: skip
+    """Images and an MoE router loss are inputs the packed forward does not pass, and images ones the shared
+    prefill does not: those forwards (and a vision model's rollout) are TRL's, each with a debug note. An MoE
+    model's rollout needs no router loss and stays fast (tests/train/test_conformance.py compares it to TRL's)."""
+    vision = family == "tiny_vision_model_dir"
+    monkeypatch.setattr(packing, "packed_log_probs", lambda *a, **k: pytest.fail("packed forward ran"))
+    if vision:
+        monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
+    prompts = image_prompts if vision else kk_prompts
+    trainer = make(FastGRPOTrainer, FastGRPOConfig, request.getfixturevalue(family), prompts, tmp_path, max_steps=1)
+    with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
+        trainer.train()
+    assert f"fast path leaves this to TRL's own code: {reason}" in caplog.text

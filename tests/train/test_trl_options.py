@@ -57,6 +57,23 @@ def train_both(folder, prompts, tmp_path, settings, **lopti_settings):
     return plain, ours
 
 
+# GRPOConfig options read by TRL's generation, rewards, advantages and reference model, which lopti only observes;
+# the sampling settings also with the fast path, whose rollout has its own sampling loop.
+REFERENCE_SYNC = dict(sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.5)
+OBSERVED_OPTIONS = {
+    "sampling": (dict(temperature=0.7, top_p=0.9, top_k=20, min_p=0.01, repetition_penalty=1.2), True),
+    "rewards": (dict(scale_rewards="batch", multi_objective_aggregation="normalize_then_sum"), False),
+    "reference-sync": (dict(beta=0.04, use_bias_correction_kl=True, **REFERENCE_SYNC), False),
+}
+
+
+@pytest.mark.parametrize(("settings", "cpu_fast_path"), OBSERVED_OPTIONS.values(), ids=OBSERVED_OPTIONS.keys())
+def test_options_trls_own_code_reads_train_like_grpo(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path):
+    plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=cpu_fast_path)
+    assert not ours._trl_loss
+    assert_trains_like_grpo(plain, ours, FAST_PATH if cpu_fast_path else EXACT)
+
+
 @pytest.mark.parametrize("settings", TRL_OPTIONS.values(), ids=TRL_OPTIONS.keys())
 def test_each_option_trains_like_grpo_with_lopti_off(tiny_model_dir, kk_prompts, tmp_path, settings):
     plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=False)
@@ -197,3 +214,155 @@ def test_the_trainers_own_credit_steps_count_as_a_feature(tiny_model_dir, kk_pro
             model=str(tiny_model_dir), reward_funcs=[], token_credit=keep_all, train_dataset=kk_prompts,
             args=LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], loss_type="vespo"),
         )  # fmt: skip
+
+
+def loss_and_gradient(trainer, compute_loss, inputs):
+    """Return the loss `compute_loss(model, inputs)` and the gradient it gives every weight."""
+    trainer.model.zero_grad()
+    loss = compute_loss(trainer.model, inputs)
+    loss.backward()
+    return loss.item(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in trainer.model.parameters()]
+
+
+EMPTIED = {
+    "grpo": dict(loss_type="grpo"),
+    "bnpo": dict(loss_type="bnpo"),
+    "dr_grpo": dict(loss_type="dr_grpo"),
+    "dapo": dict(loss_type="dapo"),
+    "grpo+kl+entropy": dict(loss_type="grpo", beta=0.04, entropy_coef=0.01),
+    "sapo+ar": dict(loss_type="sapo", ar_alpha=0.5),
+    "luspo+ar": dict(loss_type="luspo", ar_alpha=0.5),
+}
+
+
+@pytest.mark.parametrize("settings", EMPTIED.values(), ids=EMPTIED.keys())
+def test_responses_without_loss_tokens_count_as_trl_counts_them(tiny_model_dir, kk_prompts, tmp_path, settings):
+    """TRL's mask_truncated_completions leaves a truncated response no loss token: TRL's per-response means count it
+    as a zero, and a micro-batch of such responses has a zero loss. Lopti's loss and gradient are TRL's on the same
+    batch (with AR, TRL's given the AR-weighted advantages; on-policy, so π_old is the loss pass's π)."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, **settings)  # fmt: skip
+    assert not trainer._trl_loss
+    batch = one_batch(trainer, kk_prompts)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    credit = 0.5 * trainer._latest_logps.exp() + 0.5 if trainer.args.ar_alpha else torch.ones(1)
+    trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
+    for emptied in (slice(0, None, 2), slice(None)):  # half the responses, then all of them
+        batch["completion_mask"] = batch["completion_mask"].clone()
+        batch["completion_mask"][emptied] = 0
+        lopti_loss, lopti_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+        credited = {**batch, "advantages": batch["advantages"][:, None] * credit}
+        expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, credited)
+        assert lopti_loss == pytest.approx(expected_loss, abs=1e-7)
+        for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
+            torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
+    assert lopti_loss == 0.0
+
+
+@pytest.mark.parametrize("cpu_fast_path", [False, True], ids=["trl-forward", "fast-path"])
+def test_truncated_completions_masked_train_like_grpo(tiny_model_dir, kk_prompts, tmp_path, cpu_fast_path):
+    """The tiny model's completions all reach max_completion_length: TRL's mask_truncated_completions leaves no
+    loss token, and both trainers take the same (zero) steps."""
+    settings = dict(loss_type="grpo", mask_truncated_completions=True, num_iterations=2)
+    plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, settings, cpu_fast_path=cpu_fast_path)
+    assert set(logged(plain, "completions/clipped_ratio")) == {1.0}
+    assert_trains_like_grpo(plain, ours, FAST_PATH if cpu_fast_path else EXACT)
+
+
+def test_truncated_completions_masked_with_lopti_features_train(tiny_model_dir, kk_prompts, tmp_path):
+    """With AR, Lopti, lopti's advantages and the update-quality metrics on, a generated batch without a loss token
+    trains zero steps instead of stopping."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2,
+                   mask_truncated_completions=True, ar_alpha=0.3, lopti=True, num_iterations=2,
+                   advantage_estimator="grpo", update_quality_every=1)  # fmt: skip
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert logged(trainer, "loss") == [0.0, 0.0] and logged(trainer, "grad_norm") == [0.0, 0.0]
+
+
+def off_policy_batch(trainer, prompts):
+    """Return one batch whose old and reference log-probs are off the current ones (r ≠ 1, a non-zero KL)."""
+    batch = one_batch(trainer, prompts)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    logps = trainer._latest_logps
+    shift = torch.linspace(-0.3, 0.3, logps.numel()).view_as(logps)
+    return {**batch, "old_per_token_logps": logps + shift, "ref_per_token_logps": logps - 2 * shift}
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo"])
+def test_cispo_and_sapo_compose_with_the_kl_estimators_and_the_entropy_bonus(peaked_model_dir, kk_prompts, tmp_path,
+                                                                             loss_type):  # fmt: skip
+    """docs/trainer.md: with AR, k3's KL and the entropy bonus, the loss and gradient are TRL's for the loss type
+    given the AR-weighted advantages; another estimator changes only the KL term: by β × k2 − k3, aggregated as the
+    loss type aggregates (k2 = ½ d², k3 = e^(−d) + d − 1, d = log π − log π_ref)."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, loss_type=loss_type, epsilon_high=1.05, ar_alpha=0.5, beta=0.04,
+                   entropy_coef=0.01)  # fmt: skip
+    batch = off_policy_batch(trainer, kk_prompts)
+    credited = {**batch, "advantages": batch["advantages"][:, None] * (0.5 * batch["old_per_token_logps"].exp() + 0.5)}
+    k3_loss, k3_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+    trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
+    expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, credited)
+    assert k3_loss == pytest.approx(expected_loss, abs=1e-6)
+    for ours, theirs in zip(k3_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    trainer.args.kl_estimator = "k2"
+    k2_loss, _ = loss_and_gradient(trainer, trainer._compute_loss, batch)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    d = trainer._latest_logps - batch["ref_per_token_logps"]
+    mask = batch["completion_mask"].float()
+    gap = (0.5 * d.square() - (torch.exp(-d) + d - 1)) * mask
+    aggregated = gap.sum() / batch["num_items_in_batch"] if loss_type == "cispo" else (gap.sum(1) / mask.sum(1)).mean()
+    assert abs(aggregated.item()) > 1e-3, "the estimators must differ for the test to see it"
+    assert k2_loss - k3_loss == pytest.approx(0.04 * aggregated.item(), abs=1e-6)
+
+
+def test_luspo_composes_with_credit_presets(peaked_model_dir, kk_prompts, tmp_path):
+    """The refusal of presets with cispo and sapo points to luspo: with W-REINFORCE's weights (positive advantages
+    × 0.1) and STAPO's dropped tokens (out of every term and the denominators), the loss and gradient are TRL's
+    LUSPO given the weighted advantages and a loss mask without the dropped tokens."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, loss_type="luspo", token_credit=["w_reinforce", "stapo"],
+                   token_credit_kwargs={"stapo": {"prob_threshold": 0.5, "entropy_quantile": 1.0}})  # fmt: skip
+    batch = off_policy_batch(trainer, kk_prompts)
+    decisions = []
+    objective = trainer._objective
+    trainer._objective = lambda *args: decisions.append(objective(*args)) or decisions[-1]
+    lopti_loss, lopti_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+    dropped = decisions[0].credit["stapo"].drop
+    mask = batch["completion_mask"].bool()
+    assert 0 < (dropped & mask).sum() < mask.sum(), "STAPO must drop some tokens, not all"
+    advantages = batch["advantages"][:, None].expand_as(dropped)
+    weighted = advantages * torch.where(advantages > 0, 0.1, 1.0)
+    # TRL's loss leaves out the tokens of its tool mask, which, unlike the completion mask, the forward attends to
+    credited = {**batch, "advantages": weighted, "tool_mask": (~dropped).long()}
+    trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
+    expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, credited)
+    assert lopti_loss == pytest.approx(expected_loss, abs=1e-7)
+    for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
+
+
+def test_dual_clip_is_trls_delta(peaked_model_dir, kk_prompts, tmp_path):
+    """The refusal of `delta` with lopti's features says to set dual_clip=delta: for δ > 1 + ε_high, TRL's two-sided
+    clip −min(min(r, δ)·Â, clip(r)·Â) is the dual-clip loss with c = δ, loss and gradient."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, epsilon=0.05, dual_clip=1.1)  # fmt: skip
+    batch = off_policy_batch(trainer, kk_prompts)
+    ratio = (trainer._latest_logps - batch["old_per_token_logps"]).exp()
+    assert ((ratio > 1.1) & (batch["advantages"][:, None] < 0) & batch["completion_mask"].bool()).any()
+    lopti_loss, lopti_grads = loss_and_gradient(trainer, trainer._compute_loss, batch)
+
+    def trl_loss(model, inputs):
+        return GRPOTrainer._compute_loss(trainer, model, inputs)
+
+    unclipped_loss, _ = loss_and_gradient(trainer, trl_loss, batch)
+    trainer.args.delta = 1.1  # TRL's loss reads it from the config
+    expected_loss, expected_grads = loss_and_gradient(trainer, trl_loss, batch)
+    assert abs(unclipped_loss - expected_loss) > 1e-4, "δ must bind for the test to see it"
+    assert lopti_loss == pytest.approx(expected_loss, abs=1e-7)
+    for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)

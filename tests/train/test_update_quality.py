@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from test_trainer import COMMON, id_reward, logged
+from test_trainer import COMMON, id_reward, logged, make
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from lopti.core.buckets import probability_buckets, update_sums
@@ -102,6 +102,17 @@ def test_logged_quality_equals_a_recomputation_from_saved_weights(peaked_model_d
                 assert logged(trainer, f"{prefix}dlogp_{sign}_{label}") == [
                     pytest.approx(delta[tokens].mean().item(), abs=1e-5)
                 ]
+
+
+def test_a_vision_language_model_is_measured_with_its_images(tiny_vision_model_dir, image_prompts, tmp_path):
+    """The update-quality forward gets the loss forward's images: with a zero learning rate the update moves
+    nothing, so every Δ log π is 0; a forward without the images (the image tokens read as text) would move them."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_vision_model_dir, image_prompts, tmp_path, max_steps=1,
+                   learning_rate=0.0, update_quality_every=1)  # fmt: skip
+    trainer.train()
+    moves = [logged(trainer, f"quality/dlogp_{sign}_all") for sign in ("pos", "neg")]
+    assert [len(move) for move in moves] == [1, 1]
+    assert moves == [[pytest.approx(0.0, abs=1e-6)]] * 2
 
 
 def test_settings_that_cannot_be_measured_are_named(tmp_path):
