@@ -77,6 +77,7 @@ def token_objective(
     dual_clip: float | None = DUAL_CLIP,
     ref_logprobs: torch.Tensor | None = None,
     kl_estimator: KLEstimator = "k3",
+    kl_clamp: bool = True,
     entropies: torch.Tensor | None = None,
     entropy_bonus: bool = True,
     credit: Mapping[str, CreditStep] | None = None,
@@ -90,7 +91,8 @@ def token_objective(
     α = 0, no phase and no `credit` give plain GRPO. `credit` maps names to further credit steps,
     applied after AR and Lopti in order. `surrogate` replaces the clipped surrogate (and so the ε and
     dual clip) with another per-token loss of the credited advantages A_t.
-    `entropies` feed the steps that need them and, with `entropy_bonus`, the entropy term H.
+    `entropies` feed the steps that need them and, with `entropy_bonus`, the entropy term H. `kl_clamp`: k3 as the
+    authors' code clamps it (lopti.core.kl).
     """
     if phase not in (None, 0, 1):
         raise ValueError(f"phase must be None (no Lopti), 0 or 1, got {phase!r}")
@@ -118,7 +120,7 @@ def token_objective(
     if combined.drop is not None:
         policy = policy * counted.to(policy.dtype)
         active = active & counted
-    kl = None if ref_logprobs is None else kl_penalty(logprobs, ref_logprobs, kl_estimator, mask=active)
+    kl = None if ref_logprobs is None else kl_penalty(logprobs, ref_logprobs, kl_estimator, active, kl_clamp)
     entropy = None
     if entropies is not None and entropy_bonus:
         entropy = (entropies * active.to(entropies.dtype)).sum() / counted.sum().clamp(min=1)

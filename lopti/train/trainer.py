@@ -147,6 +147,7 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         if problems:
             raise ValueError("LoptiGRPOTrainer(token_credit=...): " + "; ".join(problems))
         self._trl_loss = args.trl_computes_loss(credit_steps=bool(self._credit_steps))
+        self._lopti_loss = bool(args.lopti_loss_features(credit_steps=bool(self._credit_steps)))
         self._surrogate = self._make_surrogate(args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         self._guard = TrainingGuard(self)  # non-finite rewards and losses, divergence: lopti.train.guards
@@ -359,6 +360,7 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
             dual_clip=self.args.dual_clip,
             ref_logprobs=inputs["ref_per_token_logps"] if self.beta != 0.0 else None,
             kl_estimator=self.args.kl_estimator,
+            kl_clamp=self._lopti_loss,  # the authors' clamped k3 with lopti's features, GRPOTrainer's without
             entropies=entropies,
             entropy_bonus=self.args.entropy_coef != 0.0,
             credit=self._credit_steps,

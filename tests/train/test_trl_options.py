@@ -2,6 +2,9 @@
 off each trains as GRPOTrainer trains; with them on it composes as docs/trainer.md states, or the config says why not.
 """
 
+import math
+from functools import partial
+
 import pytest
 import torch
 from test_trainer import EXACT, FAST_PATH, logged, make, one_batch
@@ -258,6 +261,32 @@ def test_responses_without_loss_tokens_count_as_trl_counts_them(tiny_model_dir, 
         for ours, theirs in zip(lopti_grads, expected_grads, strict=True):
             torch.testing.assert_close(ours, theirs, atol=1e-7, rtol=1e-6)
     assert lopti_loss == 0.0
+
+
+def test_kl_far_from_the_reference_is_trls_with_lopti_off_and_the_authors_clamped_one_with_lopti_on(
+    tiny_model_dir, kk_prompts, tmp_path
+):
+    """Tokens 8 nats from the reference: lopti's loss and gradient equal GRPOTrainer's with lopti's features off;
+    with AR on, the k3 term is the authors' (log(π_ref/π) clamped to ±5), so the loss is smaller than TRL's."""
+    losses = {}
+    for name, settings in {"off": {}, "ar": dict(ar_alpha=1e-6)}.items():
+        trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path / name, max_steps=1,
+                       cpu_fast_path=False, beta=0.5, use_bias_correction_kl=True, loss_type="dapo",
+                       **settings)  # fmt: skip
+        batch = one_batch(trainer, kk_prompts)
+        with torch.no_grad():
+            trainer._compute_loss(trainer.model, batch)
+        batch["ref_per_token_logps"] = trainer._latest_logps - 8.0  # the reference far below the policy
+        trl_loss = partial(GRPOTrainer._compute_loss, trainer)
+        lopti = loss_and_gradient(trainer, trainer._compute_loss, batch)
+        losses[name] = lopti, loss_and_gradient(trainer, trl_loss, batch)
+    (ours, our_grads), (theirs, their_grads) = losses["off"]
+    assert ours == pytest.approx(theirs, abs=1e-6)
+    for mine, trls in zip(our_grads, their_grads, strict=True):
+        torch.testing.assert_close(mine, trls, atol=1e-6, rtol=1e-5)
+    (clamped, _), (unclamped, _) = losses["ar"]
+    k3 = lambda log_ref_over_pi: math.exp(log_ref_over_pi) - log_ref_over_pi - 1  # noqa: E731
+    assert clamped == pytest.approx(unclamped - 0.5 * (k3(-8.0) - k3(-5.0)), abs=1e-4)  # β = 0.5, every token
 
 
 @pytest.mark.parametrize("cpu_fast_path", [False, True], ids=["trl-forward", "fast-path"])
