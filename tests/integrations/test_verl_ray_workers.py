@@ -176,6 +176,7 @@ def largest_difference(first: dict[str, torch.Tensor], second: dict[str, torch.T
 def test_each_rl_step_makes_two_updates_in_order_and_the_weights_follow_lopti_core(workers, recipe, order):
     config = recipe("kk-qwen2.5-3b", [*OVERRIDES, f"trainer.v1.lopti.order={order}"])
     trainer = trainer_on(workers, config)
+    assert trainer.checkpoint_manager.steps == [0]  # verl's init hook ran after the loss was installed
     direct = DirectActor(config)
     start = direct.weights()
     steps = []
@@ -189,6 +190,7 @@ def test_each_rl_step_makes_two_updates_in_order_and_the_weights_follow_lopti_co
         first, second = ("low", "high") if order == "low_first" else ("high", "low")
         assert metrics[f"lopti_{first}/actor/pg_loss"] == pytest.approx(pg_losses[0], rel=1e-4, abs=1e-7)
         assert metrics[f"lopti_{second}/actor/pg_loss"] == pytest.approx(pg_losses[1], rel=1e-4, abs=1e-7)
+        assert f"lopti_{first}/perf/mfu/actor" in metrics and "actor/pg_loss" not in metrics  # both passes kept
         old = torch.cat(rows["old_log_probs"])
         low_share = (old < math.log(config.trainer.v1.lopti.eta)).float().mean().item()
         assert 0 < low_share < 1 and metrics["lopti/low_token_share"] == pytest.approx(low_share)
