@@ -27,7 +27,7 @@ def compose_recipe(name: str, overrides: list[str] | None = None) -> DictConfig:
         return compose(config_name=name, overrides=overrides or [])
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def recipe():
     """Return `compose_recipe`, for tests that compose with overrides."""
     return compose_recipe
