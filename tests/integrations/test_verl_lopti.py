@@ -66,6 +66,7 @@ def test_scale_schedule_leaves_unset_lengths_alone():
         ("trainer.v1.lopti.base_mode=separate_async", "trainer.v1.lopti.base_mode"),
         ("+trainer.v1.lopti.etta=0.4", "trainer.v1.lopti.etta"),
         ("distillation.enabled=true", "distillation.enabled"),
+        ("~actor_rollout_ref.actor.policy_loss.ar_alpha", "ARPolicyLossConfig, which carries ar_alpha"),
     ],
 )
 def test_config_errors_are_one_line_naming_the_key(recipe, override, key):

@@ -46,8 +46,8 @@ class ARPolicyLossConfig(PolicyLossConfig):
             raise ValueError(f"{POLICY_LOSS_KEY}.ar_alpha must be in [0, 1], got {self.ar_alpha}")
 
 
-def _ar_alpha(config: ActorConfig) -> float:
-    """Return α from the actor config, or say which override is missing."""
+def ar_alpha_of(config: ActorConfig | Any) -> float:
+    """Return α from the actor config (a dataclass, or the driver's DictConfig), or say which override is missing."""
     alpha = config.policy_loss.get("ar_alpha")
     if alpha is None:
         raise ValueError(
@@ -86,7 +86,7 @@ def compute_policy_loss_ar(
     """
     if config is None:
         raise ValueError(f"the {LOSS_MODE} policy loss needs verl's actor config")
-    alpha = _ar_alpha(config)
+    alpha = ar_alpha_of(config)
     eps_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
     eps_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
     dual_clip = _dual_clip(config)

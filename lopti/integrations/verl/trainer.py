@@ -36,6 +36,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from lopti.core import ORDERS, isolate_advantages, phase_masks
 from lopti.core.constants import LOPTI_ETA
+from lopti.integrations.verl.ar import LOSS_MODE, ar_alpha_of
 from lopti.integrations.verl.phase_loss import PHASE_MASK, phase_loss_fn
 
 TRAINER_MODE = "lopti"
@@ -77,6 +78,9 @@ def lopti_settings(config: DictConfig) -> LoptiSettings:
             f"{SETTINGS_KEY}.base_mode={settings.base_mode!r} is not supported: Lopti runs two update passes on "
             f"one synchronous RL-step batch; use one of {SUPPORTED_BASE_MODES}"
         )
+    actor = config.actor_rollout_ref.actor
+    if actor.policy_loss.get("loss_mode") == LOSS_MODE:  # here, not at the workers' first loss call
+        ar_alpha_of(actor)
     if is_distillation_enabled(config.get("distillation")):
         raise ValueError(
             f"distillation.enabled=True is not supported with trainer.v1.trainer_mode={TRAINER_MODE}: "
