@@ -118,6 +118,18 @@ COMPOSING = {
 }
 
 
+def trainer_and_batch(model_dir, kk_prompts, tmp_path, **settings) -> tuple[LoptiGRPOTrainer, dict]:
+    """Return a LoptiGRPOTrainer whose loss is lopti's own (not TRL's), and one generated batch after a loss pass on
+    it without gradients (so `_latest_logps` holds its log-probs)."""
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, model_dir, kk_prompts, tmp_path, max_steps=1,
+                   cpu_fast_path=False, **settings)  # fmt: skip
+    assert not trainer._trl_loss
+    batch = one_batch(trainer, kk_prompts)
+    with torch.no_grad():
+        trainer._compute_loss(trainer.model, batch)
+    return trainer, batch
+
+
 @pytest.mark.parametrize(("settings", "phase"), COMPOSING.values(), ids=COMPOSING.keys())
 def test_composing_loss_types_are_trls_surrogate_on_lopti_credited_advantages(
     peaked_model_dir, kk_prompts, tmp_path, settings, phase
@@ -125,12 +137,7 @@ def test_composing_loss_types_are_trls_surrogate_on_lopti_credited_advantages(
     """docs/trainer.md: with AR (α = 0.5: w = 0.5·π_old + 0.5) or a Lopti phase (low_first: π_old < η in phase 1,
     the rest in phase 2) the loss and its gradient are TRL's for the same loss_type, given the per-token
     advantages w·Â, or Â on the phase's tokens and 0 elsewhere. Old log-probs off the current ones make r ≠ 1."""
-    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
-                   cpu_fast_path=False, **settings)  # fmt: skip
-    assert not trainer._trl_loss
-    batch = one_batch(trainer, kk_prompts)
-    with torch.no_grad():
-        trainer._compute_loss(trainer.model, batch)
+    trainer, batch = trainer_and_batch(peaked_model_dir, kk_prompts, tmp_path, **settings)
     shift = torch.linspace(-0.3, 0.3, trainer._latest_logps.numel()).view_as(trainer._latest_logps)
     batch["old_per_token_logps"] = trainer._latest_logps + shift
     pi_old = batch["old_per_token_logps"].exp()
@@ -243,12 +250,7 @@ def test_responses_without_loss_tokens_count_as_trl_counts_them(tiny_model_dir, 
     """TRL's mask_truncated_completions leaves a truncated response no loss token: TRL's per-response means count it
     as a zero, and a micro-batch of such responses has a zero loss. Lopti's loss and gradient are TRL's on the same
     batch (with AR, TRL's given the AR-weighted advantages; on-policy, so π_old is the loss pass's π)."""
-    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1,
-                   cpu_fast_path=False, **settings)  # fmt: skip
-    assert not trainer._trl_loss
-    batch = one_batch(trainer, kk_prompts)
-    with torch.no_grad():
-        trainer._compute_loss(trainer.model, batch)
+    trainer, batch = trainer_and_batch(tiny_model_dir, kk_prompts, tmp_path, **settings)
     credit = 0.5 * trainer._latest_logps.exp() + 0.5 if trainer.args.ar_alpha else torch.ones(1)
     trl_loss = lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)  # noqa: E731
     for emptied in (slice(0, None, 2), slice(None)):  # half the responses, then all of them
@@ -270,12 +272,8 @@ def test_kl_far_from_the_reference_is_trls_with_lopti_off_and_the_authors_clampe
     with AR on, the k3 term is the authors' (log(π_ref/π) clamped to ±5), so the loss is smaller than TRL's."""
     losses = {}
     for name, settings in {"off": {}, "ar": dict(ar_alpha=1e-6)}.items():
-        trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path / name, max_steps=1,
-                       cpu_fast_path=False, beta=0.5, use_bias_correction_kl=True, loss_type="dapo",
-                       **settings)  # fmt: skip
-        batch = one_batch(trainer, kk_prompts)
-        with torch.no_grad():
-            trainer._compute_loss(trainer.model, batch)
+        trainer, batch = trainer_and_batch(tiny_model_dir, kk_prompts, tmp_path / name, beta=0.5,
+                                           use_bias_correction_kl=True, loss_type="dapo", **settings)  # fmt: skip
         batch["ref_per_token_logps"] = trainer._latest_logps - 8.0  # the reference far below the policy
         trl_loss = partial(GRPOTrainer._compute_loss, trainer)
         lopti = loss_and_gradient(trainer, trainer._compute_loss, batch)
