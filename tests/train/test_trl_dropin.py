@@ -149,8 +149,8 @@ def test_without_args_the_config_is_trls_default_with_lopti_off(tiny_model_dir, 
 
 def test_reward_funcs_may_be_left_out_where_trl_allows(tiny_model_dir, kk_prompts, tmp_path, monkeypatch,
                                                        bf16_accepted):  # fmt: skip
-    """Left out, they reach TRL as its own default: TRL then takes the rewards of an `environment_factory`, or
-    says that there is no reward source, as here."""
+    """Left out, they reach TRL as its own default: TRL then takes the rewards of an `environment_factory`
+    (tests/train/test_environments.py), or says that there is no reward source, as here."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="No reward source provided"):
         LoptiGRPOTrainer(str(tiny_model_dir), train_dataset=kk_prompts)
