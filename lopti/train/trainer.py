@@ -157,9 +157,8 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
             return explain_reward_errors(bounded, self._guard.note_rewards)
 
         funcs = [guarded(f) if is_python_reward(f) else f for f in funcs]
-        super().__init__(model=model, reward_funcs=list(funcs), args=args, **kwargs)
-        # TRL appends a reward per `environment_factory` environment class with a `get_reward`, named after the class:
-        # guard it as the others (nan and inf, `reward_errors`, `reward_timeout`), under TRL's name for it.
+        super().__init__(model=model, reward_funcs=list(funcs), args=args, **kwargs)  # a copy: TRL appends to it
+        # TRL appends a `get_reward` reward per environment class (environment_factory), named after it: guard it too
         for index in range(len(funcs), len(self.reward_funcs)):
             self.reward_funcs[index].__name__ = self.reward_func_names[index]
             self.reward_funcs[index] = guarded(self.reward_funcs[index])
