@@ -157,7 +157,11 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
             return explain_reward_errors(bounded, self._guard.note_rewards)
 
         funcs = [guarded(f) if is_python_reward(f) else f for f in funcs]
-        super().__init__(model=model, reward_funcs=funcs, args=args, **kwargs)
+        super().__init__(model=model, reward_funcs=list(funcs), args=args, **kwargs)  # a copy: TRL appends to it
+        # TRL appends a `get_reward` reward per environment class (environment_factory), named after it: guard it too
+        for index in range(len(funcs), len(self.reward_funcs)):
+            self.reward_funcs[index].__name__ = self.reward_func_names[index]
+            self.reward_funcs[index] = guarded(self.reward_funcs[index])
         if self.use_vllm and self.vllm_mode == "colocate":  # before any step: a build that cannot take weights
             check_weight_sync(colocated_vllm_model(self.vllm_generation.llm))
         self.add_callback(self._guard)

@@ -72,6 +72,23 @@ def tiny_hybrid_model_dir(tiny_model_dir, tmp_path_factory):
     return save_seeded(Lfm2ForCausalLM, config, tokenizer, folder)
 
 
+@pytest.fixture(scope="session")
+def tiny_gpt_oss_model_dir(tiny_model_dir, tmp_path_factory):
+    """Return a tiny GPT-OSS (4 experts, 2 per token; a sliding-window layer, then full attention, each with its
+    attention sinks) with the tiny tokenizer and the router loss coefficient of `tiny_moe_model_dir`, 0.5."""
+    from transformers import AutoTokenizer, GptOssConfig, GptOssForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-gpt-oss")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = GptOssConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=16, sliding_window=16,
+        router_aux_loss_coef=0.5, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )  # fmt: skip
+    return save_seeded(GptOssForCausalLM, config, tokenizer, folder)
+
+
 # A chat template that renders an image part as the LLaVA image token, and text parts as themselves.
 IMAGE_CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
@@ -81,29 +98,26 @@ IMAGE_CHAT_TEMPLATE = (
 )
 
 
-@pytest.fixture(scope="session")
-def tiny_vision_model_dir(tiny_model_dir, tmp_path_factory):
-    """Return a tiny LLaVA (a 1-layer CLIP vision tower on 8×8 images, 4 patches, and a 2-layer Qwen2) saved with a
-    processor built offline from the tiny tokenizer, an `<image>` token and CLIP's image processor."""
-    from transformers import (
-        AutoTokenizer,
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-        Qwen2Config,
-    )
+def save_llava(flavour: str, tiny_model_dir, folder, **image_processor_settings):
+    """Save a tiny LLaVA of `flavour` ("Llava" or "LlavaNext"): a 1-layer CLIP vision tower on 8×8 images, 4 patches
+    each, and a 2-layer Qwen2, with a processor built offline from the tiny tokenizer, an `<image>` token and the
+    flavour's image processor (`image_processor_settings` beyond CLIP's sizes go to both it and the model's config);
+    return `folder`."""
+    import transformers
+    from transformers import AutoTokenizer, CLIPVisionConfig, Qwen2Config
 
-    folder = tmp_path_factory.mktemp("tiny-vision")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     tokenizer.add_tokens(["<image>"], special_tokens=True)
-    processor = LlavaProcessor(
-        image_processor=CLIPImageProcessor(size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8}),
+    image_processor_class = (
+        transformers.CLIPImageProcessor if flavour == "Llava" else transformers.LlavaNextImageProcessor
+    )
+    processor = getattr(transformers, f"{flavour}Processor")(
+        image_processor=image_processor_class(size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8},
+                                              **image_processor_settings),
         tokenizer=tokenizer, patch_size=4, vision_feature_select_strategy="default", num_additional_image_tokens=1,
         chat_template=IMAGE_CHAT_TEMPLATE,
     )  # fmt: skip
-    config = LlavaConfig(
+    config = getattr(transformers, f"{flavour}Config")(
         vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                        num_attention_heads=2, image_size=8, patch_size=4),
         text_config=Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -111,11 +125,26 @@ def tiny_vision_model_dir(tiny_model_dir, tmp_path_factory):
                                 tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
                                 pad_token_id=tokenizer.pad_token_id),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
-        vision_feature_layer=-1, tie_word_embeddings=True,
+        vision_feature_layer=-1, tie_word_embeddings=True, **image_processor_settings,
     )  # fmt: skip
-    save_seeded(LlavaForConditionalGeneration, config, tokenizer, folder)
+    save_seeded(getattr(transformers, f"{flavour}ForConditionalGeneration"), config, tokenizer, folder)
     processor.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_vision_model_dir(tiny_model_dir, tmp_path_factory):
+    """Return a tiny LLaVA with CLIP's image processor (`save_llava`)."""
+    return save_llava("Llava", tiny_model_dir, tmp_path_factory.mktemp("tiny-vision"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llava_next_model_dir(tiny_model_dir, tmp_path_factory):
+    """Return a tiny LLaVA-NeXT (`save_llava`): each 8×8 image is tiled on the best of its grid pinpoints (8×16,
+    two tiles) besides its whole view, the model learns `image_newline`, which ends each row of tile features, and
+    reads the `image_sizes` input to unpad them."""
+    return save_llava("LlavaNext", tiny_model_dir, tmp_path_factory.mktemp("tiny-llava-next"),
+                      image_grid_pinpoints=[[8, 16], [16, 8], [16, 16]])  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,14 @@
 """Conformance: TRL's loss options × model families, trained 2 optimizer steps by GRPOTrainer and by LoptiGRPOTrainer.
 
-Families (tiny, built offline from the tiny tokenizer): dense Qwen2, Qwen3-MoE with its router loss, LFM2 (a
-convolution layer, then attention) and LLaVA (a CLIP vision tower on 8×8 images, its processor built from CLIP's
-image processor). With lopti's features off each cell gives GRPOTrainer's rollouts, every metric it logs under its
-name, its losses, grad norms and final weights: to docs/trainer.md's first tolerance row with `cpu_fast_path=False`,
-to its second with the fast path on (which serves only the dense model's forwards; the others it hands to TRL).
-With AR and Lopti on, each option that composes trains (both phases take gradient steps, the weights move, the loss
-is finite), and each that does not is refused when the config is built, with one line naming it: the config never
-sees the model, so the refusals are tested once, not per family. Unmarked: the dense model's cells (three of them
-with the fast path) and the refusals; the rest is marked slow.
+Families (tiny, built offline from the tiny tokenizer): dense Qwen2, Qwen3-MoE and GPT-OSS with their router losses,
+LFM2 (a convolution layer, then attention) and LLaVA (a CLIP vision tower on 8×8 images, its processor built from
+CLIP's image processor). With lopti's features off each cell gives GRPOTrainer's rollouts, every metric it logs
+under its name, its losses, grad norms and final weights: to docs/trainer.md's first tolerance row with
+`cpu_fast_path=False`, to its second with the fast path on (which serves only the dense model's forwards; the others
+it hands to TRL). With AR and Lopti on, each option that composes trains (both phases take gradient steps, the
+weights move, the loss is finite), and each that does not is refused when the config is built, with one line naming
+it: the config never sees the model, so the refusals are tested once, not per family. Unmarked: the dense model's
+cells (three of them with the fast path) and the refusals; the rest is marked slow.
 """
 
 import math
@@ -23,6 +23,7 @@ from lopti.train.trainer import LoptiGRPOTrainer
 FAMILIES = {
     "dense": ("tiny_model_dir", "kk_prompts"),
     "moe": ("tiny_moe_model_dir", "kk_prompts"),
+    "gpt-oss": ("tiny_gpt_oss_model_dir", "kk_prompts"),
     "hybrid": ("tiny_hybrid_model_dir", "kk_prompts"),
     "vision": ("tiny_vision_model_dir", "image_prompts"),
 }

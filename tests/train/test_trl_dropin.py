@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 import torch
-from test_trainer import COMMON, EXACT, id_reward, logged, make
+from test_trainer import COMMON, EXACT, id_reward, load, logged, make
+from test_trl_options import assert_trains_like_grpo, train_both
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
@@ -14,14 +15,19 @@ from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer
 
 
-def test_moe_loss_adds_the_router_loss_as_trl_does(tiny_moe_model_dir, kk_prompts, tmp_path):
+@pytest.mark.parametrize(
+    "model_fixture", ["tiny_moe_model_dir", "tiny_gpt_oss_model_dir"], ids=["qwen3-moe", "gpt-oss"]
+)
+def test_moe_loss_adds_the_router_loss_as_trl_does(request, kk_prompts, tmp_path, model_fixture):
     """TRL's forwards (cpu_fast_path=False): the loss, its metrics and the weights are GRPOTrainer's to float rounding.
-    Accumulation divides the router loss; the entropy bonus makes TRL log policy_loss and entropy_coef."""
+    Accumulation divides the router loss; the entropy bonus makes TRL log policy_loss and entropy_coef. GPT-OSS
+    (its experts' biases, attention sinks, a sliding-window layer) runs on the CPU in float32 with eager attention,
+    as TRL's forwards run it there."""
+    folder = request.getfixturevalue(model_fixture)
     settings = dict(max_steps=2, loss_type="grpo", gradient_accumulation_steps=2, entropy_coef=0.01)
-    plain = make(GRPOTrainer, GRPOConfig, tiny_moe_model_dir, kk_prompts, tmp_path, **settings)
+    plain = make(GRPOTrainer, GRPOConfig, folder, kk_prompts, tmp_path, **settings)
     plain.train()
-    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_moe_model_dir, kk_prompts, tmp_path, cpu_fast_path=False,
-                **settings)  # fmt: skip
+    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, folder, kk_prompts, tmp_path, cpu_fast_path=False, **settings)
     ours.train()
     assert ours.aux_loss_enabled and ours.router_aux_loss_coef == 0.5
     tolerance = EXACT
@@ -68,6 +74,28 @@ def test_vision_inputs_reach_the_loss_forward_as_trl_passes_them(tiny_model_dir,
     assert lopti_call.keys() == trl_call.keys()
     for name, value in trl_call.items():
         assert lopti_call[name] is value, name  # the batch's own object, as TRL passes it
+
+
+def image_newline_change(trainer, folder) -> float:
+    """Return how far training moved a LLaVA-NeXT's `image_newline`, which only the image features use."""
+    start = load(folder)[0]
+    return (trainer.model.model.image_newline - start.model.image_newline).abs().max().item()
+
+
+def test_llava_next_trains_its_image_inputs_as_grpo_does(tiny_llava_next_model_dir, image_prompts, tmp_path):
+    """The loss forward gets the tiles (`pixel_values`) and `image_sizes`: without the pixels `image_newline` would
+    get no gradient, without the sizes the model could not unpad the tile features. Features off: GRPOTrainer's
+    weights; AR and Lopti on (η = 1/V puts tokens in each phase): `image_newline` trains too."""
+    folder = tiny_llava_next_model_dir
+    plain, ours = train_both(folder, image_prompts, tmp_path, dict(loss_type="grpo"), cpu_fast_path=False)
+    assert_trains_like_grpo(plain, ours, EXACT)
+    assert image_newline_change(plain, folder) > 1e-3
+    vocabulary = load(folder)[0].get_output_embeddings().weight.size(0)
+    lopti = make(LoptiGRPOTrainer, LoptiGRPOConfig, folder, image_prompts, tmp_path, max_steps=2, ar_alpha=0.3,
+                 lopti=True, num_iterations=2, lopti_eta=1.0 / vocabulary)  # fmt: skip
+    lopti.train()
+    assert [len(logged(lopti, f"lopti/phase{k}_loss")) for k in (1, 2)] == [1, 1]
+    assert image_newline_change(lopti, folder) > 1e-3
 
 
 async def async_id_reward(completions, completion_ids, **kwargs):
@@ -121,8 +149,8 @@ def test_without_args_the_config_is_trls_default_with_lopti_off(tiny_model_dir, 
 
 def test_reward_funcs_may_be_left_out_where_trl_allows(tiny_model_dir, kk_prompts, tmp_path, monkeypatch,
                                                        bf16_accepted):  # fmt: skip
-    """Left out, they reach TRL as its own default: TRL then takes the rewards of an `environment_factory`, or
-    says that there is no reward source, as here."""
+    """Left out, they reach TRL as its own default: TRL then takes the rewards of an `environment_factory`
+    (tests/train/test_environments.py), or says that there is no reward source, as here."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="No reward source provided"):
         LoptiGRPOTrainer(str(tiny_model_dir), train_dataset=kk_prompts)
