@@ -35,6 +35,7 @@ from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.fast_path import is_sharded
 from lopti.train.packing import fast_generation, packing_applies
 from lopti.train.trainer import LoptiGRPOTrainer
 
@@ -70,6 +71,19 @@ class StopAtMaxSteps(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step >= state.max_steps:
             raise TrainingEnded
+
+
+def sharding_of(trainer: LoptiGRPOTrainer) -> str | None:
+    """Return how the launch sharded the model ("FSDP2", "DeepSpeed ZeRO-3", ...), None when every process held it
+    whole: run.json records it, since a launch's config file, not lopti's settings, decides it."""
+    accelerator = trainer.accelerator
+    if accelerator.is_fsdp2:
+        return "FSDP2"
+    if trainer.is_fsdp_enabled:
+        return "FSDP"
+    if trainer.is_deepspeed_enabled:
+        return f"DeepSpeed ZeRO-{accelerator.state.deepspeed_plugin.zero_stage}"
+    return None
 
 
 def drop_metrics_after(path: Path, step: int) -> None:
@@ -190,7 +204,7 @@ def held_out_eval(
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
     model = trainer.accelerator.unwrap_model(trainer.model)
-    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
+    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path) and not is_sharded(trainer)
 
     def compute() -> tuple[dict, dict | None]:
         with fast_generation(model) if fast else contextlib.nullcontext():
@@ -325,6 +339,7 @@ def _train_locked(
                 "train_seconds": round(seconds["train"], 1),
                 "global_step": trainer.state.global_step,
                 "processes": trainer.accelerator.num_processes,
+                "sharding": sharding_of(trainer),
             }
             write_atomic(run_dir / "run.json", json.dumps(summary))
     if run.evaluate and main_process:
