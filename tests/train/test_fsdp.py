@@ -1,0 +1,111 @@
+"""`lopti train` (AR + Lopti, the default recipe, on the embedded warm start) under FSDP2 in two real processes
+(gloo, on the CPU), launched by `accelerate launch --config_file lopti/configs/accelerate/fsdp.yaml` through
+tests/train/fsdp_on_cpu.py, which lifts accelerate's accelerator-only gate on FSDP.
+
+- Resumed from its checkpoint, the sharded run ends with final weights byte-equal to the uninterrupted one's and
+  the same training rows: the sharded model, optimizer and both processes' random states are restored.
+- On a rollout that does not depend on the process layout (`--fixed_rollout`), two processes × 4 completions
+  under FSDP2 train as one process × 8 does, with a loss normalised over the global batch (dapo): the same
+  rewards, losses and gradient norms and weights equal to float tolerance (the average of the two halves'
+  gradients and the sharded norm round differently from one process's sums). With bnpo, the recipe's loss type,
+  each process divides by its own tokens (TRL's definition), so the layouts differ by design.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("fsdp_on_cpu.py")
+SETTINGS = {
+    "evaluate": "false", "num_generations": "4", "max_completion_length": "48", "max_steps": "4", "save_steps": "2",
+    "report_to": "[]", "disable_tqdm": "true",
+}  # fmt: skip
+
+
+def lopti_train(out: Path, processes: int, arguments: list[str]) -> None:
+    """Run `lopti train --output_dir out ...` through fsdp_on_cpu.py: under FSDP2 with `processes` = 2, as a plain
+    process with 1; lopti is imported from this checkout."""
+    launcher = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(ROOT / "lopti/configs/accelerate/fsdp.yaml"), "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+    ]  # fmt: skip
+    command = [*(launcher if processes == 2 else [sys.executable]), str(SCRIPT), "train", "--output_dir", str(out)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    result = subprocess.run([*command, *arguments], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def settings(**overrides: str) -> list[str]:
+    return [word for key, value in {**SETTINGS, **overrides}.items() for word in (f"--{key}", value)]
+
+
+def train_rows(out: Path) -> list[dict]:
+    """Return the training rows of `out`'s metrics.jsonl, without their timings (`step_time`)."""
+    rows = [row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
+    return [{key: value for key, value in row.items() if not key.endswith("time")} for row in rows]
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(out / "final" / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory) -> Path:
+    """Return the folder of a two-process FSDP2 run trained start to end (4 steps, checkpoints at 2 and 4)."""
+    out = tmp_path_factory.mktemp("fsdp") / "run"
+    lopti_train(out, 2, settings(per_device_train_batch_size="8"))
+    assert json.loads((out / "run.json").read_text()) == {**json.loads((out / "run.json").read_text()),
+                                                          "processes": 2, "sharding": "FSDP2"}  # fmt: skip
+    assert sum(row["grad_norm"] > 0 for row in train_rows(out)) >= 3, "the run must learn for equal weights to count"
+    return out
+
+
+def test_a_sharded_run_resumed_from_its_checkpoint_ends_byte_equal(sharded_run, tmp_path):
+    checkpoint = sharded_run / "checkpoint-2"
+    assert {"pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
+    out = tmp_path / "run"  # the run as a kill after step 3 leaves it: its settings, checkpoint-2, three rows logged
+    out.mkdir()
+    shutil.copy(sharded_run / "config.yaml", out)
+    shutil.copytree(checkpoint, out / checkpoint.name)
+    rows = (sharded_run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (out / "metrics.jsonl").write_text("".join(rows[:3]))
+    lopti_train(out, 2, ["--resume"])
+    assert (out / "final/model.safetensors").read_bytes() == (sharded_run / "final/model.safetensors").read_bytes()
+    assert train_rows(out) == train_rows(sharded_run)
+
+
+def test_two_sharded_processes_train_as_one_process_on_the_same_completions(tmp_path):
+    # dapo divides by the tokens of the global batch; the recipe's bnpo by each process's own, which makes the
+    # two layouts' losses differ by design (0.4% at step 1 here)
+    fixed = ["--fixed_rollout", "--loss_type", "dapo"]
+    lopti_train(tmp_path / "fsdp", 2, [*settings(per_device_train_batch_size="4"), *fixed])
+    lopti_train(tmp_path / "one", 1, [*settings(per_device_train_batch_size="8"), *fixed])
+    sharded, single = train_rows(tmp_path / "fsdp"), train_rows(tmp_path / "one")
+    assert [row["step"] for row in sharded] == [row["step"] for row in single] == [1, 2, 3, 4]
+    for a, b in zip(sharded, single, strict=True):
+        assert a.get("reward") == b.get("reward")  # the same completions, scored alike
+        for key in ("loss", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), (a["step"], key)
+    assert any(row["grad_norm"] > 0 for row in single)
+    ours, theirs = final_weights(tmp_path / "fsdp"), final_weights(tmp_path / "one")
+    # FSDP2's full state dict names the tied output head apart from the embedding (one process's save stores the
+    # tensor once); the two stay one tensor through training
+    assert torch.equal(ours.pop("lm_head.weight"), ours["model.embed_tokens.weight"])
+    assert ours.keys() == theirs.keys()
+    for name in ours:  # Adam's steps of 1e-4 from gradients that agree to rounding: 1.1e-5 apart at most here
+        torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=5e-5, msg=name)
