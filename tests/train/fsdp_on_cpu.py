@@ -1,4 +1,4 @@
-"""`lopti train` under accelerate's FSDP2 on the CPU, for tests/train/test_fsdp.py (run as a script, by
+"""`lopti train` under accelerate's FSDP2 on the CPU, for tests/train/test_sharded_launch.py (run as a script, by
 `accelerate launch --config_file lopti/configs/accelerate/fsdp.yaml ... tests/train/fsdp_on_cpu.py train ...`).
 
 accelerate applies an FSDP config only on accelerator devices: on the CPU its state stays MULTI_CPU and the model

@@ -1,7 +1,8 @@
 """Sharded launches, the parts that need no second process: FSDP's checkpoint layouts count as complete only when
 whole, and an FSDP config that accelerate would ignore (on the CPU) is refused before any step.
 
-The launches themselves (FSDP2 on gloo, resumed, and compared with one process) are tests/train/test_fsdp.py."""
+The launches themselves (FSDP2 and ZeRO-3 on gloo, resumed, and compared with one process) are
+tests/train/test_sharded_launch.py."""
 
 import json
 import pickle

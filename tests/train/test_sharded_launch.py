@@ -1,8 +1,9 @@
-"""`lopti train` (AR + Lopti, the default recipe, on the embedded warm start) under FSDP2 in two real processes
-(gloo, on the CPU), launched by `accelerate launch --config_file lopti/configs/accelerate/fsdp.yaml` through
-tests/train/fsdp_on_cpu.py, which lifts accelerate's accelerator-only gate on FSDP.
+"""`lopti train` (AR + Lopti, the default recipe, on the embedded warm start) sharded across two real processes
+(gloo, on the CPU): under FSDP2, launched by `accelerate launch --config_file lopti/configs/accelerate/fsdp.yaml`
+through tests/train/fsdp_on_cpu.py, which lifts accelerate's accelerator-only gate on FSDP; and under DeepSpeed
+ZeRO-3 (lopti/configs/accelerate/deepspeed_zero3.yaml), where deepspeed is installed.
 
-- Resumed from its checkpoint, the sharded run ends with final weights byte-equal to the uninterrupted one's and
+- Resumed from its checkpoint, a sharded run ends with final weights byte-equal to the uninterrupted one's and
   the same training rows: the sharded model, optimizer and both processes' random states are restored.
 - On a rollout that does not depend on the process layout (`--fixed_rollout`), two processes × 4 completions
   under FSDP2 train as one process × 8 does, with a loss normalised over the global batch (dapo): the same
@@ -32,12 +33,12 @@ SETTINGS = {
 }  # fmt: skip
 
 
-def lopti_train(out: Path, processes: int, arguments: list[str]) -> None:
-    """Run `lopti train --output_dir out ...` through fsdp_on_cpu.py: under FSDP2 with `processes` = 2, as a plain
-    process with 1; lopti is imported from this checkout."""
+def lopti_train(out: Path, processes: int, arguments: list[str], config: str = "fsdp.yaml") -> None:
+    """Run `lopti train --output_dir out ...` through fsdp_on_cpu.py: with `processes` = 2 under accelerate's
+    `config` (FSDP2 by default), as a plain process with 1; lopti is imported from this checkout."""
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-        str(ROOT / "lopti/configs/accelerate/fsdp.yaml"), "--num_processes", "2", "--num_machines", "1",
+        str(ROOT / "lopti/configs/accelerate" / config), "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
     ]  # fmt: skip
     command = [*(launcher if processes == 2 else [sys.executable]), str(SCRIPT), "train", "--output_dir", str(out)]
@@ -75,18 +76,36 @@ def sharded_run(tmp_path_factory) -> Path:
     return out
 
 
+def resumes_byte_equal(finished: Path, out: Path, config: str) -> None:
+    """Resume a copy of `finished` as a kill after step 3 leaves it (its settings, checkpoint-2, three rows logged)
+    into `out` under `config`; check that it ends with `finished`'s weights and training rows."""
+    out.mkdir()
+    shutil.copy(finished / "config.yaml", out)
+    shutil.copytree(finished / "checkpoint-2", out / "checkpoint-2")
+    rows = (finished / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (out / "metrics.jsonl").write_text("".join(rows[:3]))
+    lopti_train(out, 2, ["--resume"], config)
+    assert (out / "final/model.safetensors").read_bytes() == (finished / "final/model.safetensors").read_bytes()
+    assert train_rows(out) == train_rows(finished)
+
+
 def test_a_sharded_run_resumed_from_its_checkpoint_ends_byte_equal(sharded_run, tmp_path):
     checkpoint = sharded_run / "checkpoint-2"
     assert {"pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
-    out = tmp_path / "run"  # the run as a kill after step 3 leaves it: its settings, checkpoint-2, three rows logged
-    out.mkdir()
-    shutil.copy(sharded_run / "config.yaml", out)
-    shutil.copytree(checkpoint, out / checkpoint.name)
-    rows = (sharded_run / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (out / "metrics.jsonl").write_text("".join(rows[:3]))
-    lopti_train(out, 2, ["--resume"])
-    assert (out / "final/model.safetensors").read_bytes() == (sharded_run / "final/model.safetensors").read_bytes()
-    assert train_rows(out) == train_rows(sharded_run)
+    resumes_byte_equal(sharded_run, tmp_path / "run", "fsdp.yaml")
+
+
+def test_zero3_trains_as_fsdp2_does_and_resumes_byte_equal(sharded_run, tmp_path):
+    pytest.importorskip("deepspeed")  # not a lopti dependency: its source build needs torch at build time
+    out = tmp_path / "zero3"
+    lopti_train(out, 2, settings(per_device_train_batch_size="8"), "deepspeed_zero3.yaml")
+    assert json.loads((out / "run.json").read_text())["sharding"] == "DeepSpeed ZeRO-3"
+    for a, b in zip(train_rows(out), train_rows(sharded_run), strict=True):  # the same completions, alike updates
+        assert a.get("reward") == b.get("reward")
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["grad_norm"] == pytest.approx(
+            b["grad_norm"], rel=1e-5
+        )
+    resumes_byte_equal(out, tmp_path / "resumed", "deepspeed_zero3.yaml")
 
 
 def test_two_sharded_processes_train_as_one_process_on_the_same_completions(tmp_path):
