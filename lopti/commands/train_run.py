@@ -77,7 +77,7 @@ def sharding_of(trainer: LoptiGRPOTrainer) -> str | None:
     """Return how the launch sharded the model ("FSDP2", "DeepSpeed ZeRO-3", ...), None when every process held it
     whole: run.json records it, since a launch's config file, not lopti's settings, decides it."""
     accelerator = trainer.accelerator
-    if accelerator.is_fsdp2:
+    if getattr(accelerator, "is_fsdp2", False):
         return "FSDP2"
     if trainer.is_fsdp_enabled:
         return "FSDP"

@@ -1,5 +1,6 @@
 """Sharded launches, the parts that need no second process: FSDP's checkpoint layouts count as complete only when
-whole, and an FSDP config that accelerate would ignore (on the CPU) is refused before any step.
+whole, an FSDP config that accelerate would ignore (on the CPU) is refused before any step, and the divergence
+guard reads FSDP2's DTensor weights by their local shards.
 
 The launches themselves (FSDP2 and ZeRO-3 on gloo, resumed, and compared with one process) are
 tests/train/test_sharded_launch.py."""
@@ -9,12 +10,16 @@ import pickle
 
 import pytest
 import torch
+import torch.distributed as dist
 from datasets import Dataset
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lopti.commands.checkpoints import checkpoint_problem
 from lopti.errors import UserError
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.guards import local_shard
 from lopti.train.trainer import LoptiGRPOTrainer
 
 
@@ -59,3 +64,15 @@ def test_an_fsdp_config_accelerate_ignores_is_refused_before_training(tiny_model
             args=args, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
             processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
         )  # fmt: skip
+
+
+def test_the_weight_norm_reads_the_local_shard_of_an_fsdp2_weight(tmp_path):
+    """FSDP2's weights are DTensors, on which a collective fails; the guard's norm must read each local shard."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        weight = distribute_tensor(torch.arange(6.0).reshape(3, 2), init_device_mesh("cpu", (1,)), [Shard(0)])
+        local = local_shard(weight)
+        assert isinstance(weight, DTensor) and not isinstance(local, DTensor)
+        assert torch.equal(local, torch.arange(6.0).reshape(3, 2))
+    finally:
+        dist.destroy_process_group()
