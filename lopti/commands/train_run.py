@@ -86,6 +86,17 @@ def sharding_of(trainer: LoptiGRPOTrainer) -> str | None:
     return None
 
 
+def save_whole_model(trainer: LoptiGRPOTrainer, folder: Path) -> None:
+    """Save the trained model to `folder` as one state dict. Under FSDP with a sharded state dict, transformers'
+    `save_model` writes no weights at all (its checkpoints keep FSDP's sharded layout), so the shards are gathered
+    here first; every process must call this, as the gather is a collective."""
+    plugin = trainer.accelerator.state.fsdp_plugin if trainer.is_fsdp_enabled else None
+    if plugin is None or "FULL_STATE_DICT" in str(plugin.state_dict_type):
+        trainer.save_model(str(folder))
+    else:
+        trainer._save(str(folder), state_dict=trainer.accelerator.get_state_dict(trainer.model))
+
+
 def drop_metrics_after(path: Path, step: int) -> None:
     """Keep only the metric lines up to `step`, so a resumed run does not log a step twice.
 
@@ -332,7 +343,7 @@ def _train_locked(
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         seconds.setdefault("train", time.time() - started)
     if "run.json" in todo:
-        trainer.save_model(str(run_dir / "final"))
+        save_whole_model(trainer, run_dir / "final")
         if main_process:
             trainer.processing_class.save_pretrained(str(run_dir / "final"))
             summary = {
@@ -342,10 +353,12 @@ def _train_locked(
                 "sharding": sharding_of(trainer),
             }
             write_atomic(run_dir / "run.json", json.dumps(summary))
-    if run.evaluate and main_process:
+    # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes
+    if run.evaluate and (main_process or is_sharded(trainer)):
         path = run_dir / "eval_after.json"
         after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
-        write_report(run_dir, before, after, seconds, method_line(trainer.args))
+        if main_process:
+            write_report(run_dir, before, after, seconds, method_line(trainer.args))
     if main_process:
         write_model_card(run_dir, run, trainer.args)
     return run_dir

@@ -3,7 +3,8 @@
 through tests/train/fsdp_on_cpu.py, which lifts accelerate's accelerator-only gate on FSDP; and under DeepSpeed
 ZeRO-3 (lopti/configs/accelerate/deepspeed_zero3.yaml), where deepspeed is installed.
 
-- Resumed from its checkpoint, a sharded run ends with final weights byte-equal to the uninterrupted one's and
+- A sharded run evaluates before and after training and saves its final weights whole, also from FSDP's sharded
+  state dicts. Resumed from its checkpoint, it ends with final weights byte-equal to the uninterrupted one's and
   the same training rows: the sharded model, optimizer and both processes' random states are restored.
 - On a rollout that does not depend on the process layout (`--fixed_rollout`), two processes × 4 completions
   under FSDP2 train as one process × 8 does, with a loss normalised over the global batch (dapo): the same
@@ -33,12 +34,13 @@ SETTINGS = {
 }  # fmt: skip
 
 
-def lopti_train(out: Path, processes: int, arguments: list[str], config: str = "fsdp.yaml") -> None:
+def lopti_train(out: Path, processes: int, arguments: list[str], config: str = "fsdp.yaml", *launch: str) -> None:
     """Run `lopti train --output_dir out ...` through fsdp_on_cpu.py: with `processes` = 2 under accelerate's
-    `config` (FSDP2 by default), as a plain process with 1; lopti is imported from this checkout."""
+    `config` (FSDP2 by default) and `launch` options, as a plain process with 1; lopti is imported from this
+    checkout."""
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-        str(ROOT / "lopti/configs/accelerate" / config), "--num_processes", "2", "--num_machines", "1",
+        str(ROOT / "lopti/configs/accelerate" / config), *launch, "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
     ]  # fmt: skip
     command = [*(launcher if processes == 2 else [sys.executable]), str(SCRIPT), "train", "--output_dir", str(out)]
@@ -65,40 +67,51 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(out / "final" / "model.safetensors")
 
 
+# The uninterrupted sharded runs also evaluate before and after training (4 held-out prompts)
+EVALUATED = {"per_device_train_batch_size": "8", "evaluate": "true", "eval_puzzles": "4"}
+# FSDP's sharded checkpoints (torch.distributed.checkpoint folders); the fixed-rollout runs save full state dicts
+SHARDED_STATE_DICT = ("--fsdp_state_dict_type", "SHARDED_STATE_DICT")
+
+
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory) -> Path:
-    """Return the folder of a two-process FSDP2 run trained start to end (4 steps, checkpoints at 2 and 4)."""
+    """Return the folder of a two-process FSDP2 run trained start to end (4 steps, checkpoints at 2 and 4, sharded
+    state dicts)."""
     out = tmp_path_factory.mktemp("fsdp") / "run"
-    lopti_train(out, 2, settings(per_device_train_batch_size="8"))
+    lopti_train(out, 2, settings(**EVALUATED), "fsdp.yaml", *SHARDED_STATE_DICT)
+    assert (out / "eval_after.json").is_file()  # every process evaluates the sharded model, the first one writes
     assert json.loads((out / "run.json").read_text()) == {**json.loads((out / "run.json").read_text()),
                                                           "processes": 2, "sharding": "FSDP2"}  # fmt: skip
     assert sum(row["grad_norm"] > 0 for row in train_rows(out)) >= 3, "the run must learn for equal weights to count"
     return out
 
 
-def resumes_byte_equal(finished: Path, out: Path, config: str) -> None:
-    """Resume a copy of `finished` as a kill after step 3 leaves it (its settings, checkpoint-2, three rows logged)
-    into `out` under `config`; check that it ends with `finished`'s weights and training rows."""
+def resumes_byte_equal(finished: Path, out: Path, config: str, *launch: str) -> None:
+    """Resume a copy of `finished` as a kill after step 3 leaves it (its settings and first evaluation,
+    checkpoint-2, three rows logged) into `out` under `config`; check that it ends with `finished`'s weights and
+    training rows."""
     out.mkdir()
-    shutil.copy(finished / "config.yaml", out)
+    for name in ("config.yaml", "eval_before.json", "eval_before_sampled.json"):
+        shutil.copy(finished / name, out)
     shutil.copytree(finished / "checkpoint-2", out / "checkpoint-2")
     rows = (finished / "metrics.jsonl").read_text().splitlines(keepends=True)
     (out / "metrics.jsonl").write_text("".join(rows[:3]))
-    lopti_train(out, 2, ["--resume"], config)
+    lopti_train(out, 2, ["--resume"], config, *launch)
     assert (out / "final/model.safetensors").read_bytes() == (finished / "final/model.safetensors").read_bytes()
     assert train_rows(out) == train_rows(finished)
 
 
 def test_a_sharded_run_resumed_from_its_checkpoint_ends_byte_equal(sharded_run, tmp_path):
     checkpoint = sharded_run / "checkpoint-2"
-    assert {"pytorch_model_fsdp.bin", "optimizer.bin", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
-    resumes_byte_equal(sharded_run, tmp_path / "run", "fsdp.yaml")
+    assert {"pytorch_model_fsdp_0", "optimizer_0", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
+    resumes_byte_equal(sharded_run, tmp_path / "run", "fsdp.yaml", *SHARDED_STATE_DICT)
 
 
 def test_zero3_trains_as_fsdp2_does_and_resumes_byte_equal(sharded_run, tmp_path):
     pytest.importorskip("deepspeed")  # not a lopti dependency: its source build needs torch at build time
     out = tmp_path / "zero3"
-    lopti_train(out, 2, settings(per_device_train_batch_size="8"), "deepspeed_zero3.yaml")
+    lopti_train(out, 2, settings(**EVALUATED), "deepspeed_zero3.yaml")
+    assert (out / "eval_after.json").is_file()
     assert json.loads((out / "run.json").read_text())["sharding"] == "DeepSpeed ZeRO-3"
     for a, b in zip(train_rows(out), train_rows(sharded_run), strict=True):  # the same completions, alike updates
         assert a.get("reward") == b.get("reward")
