@@ -44,13 +44,7 @@ from lopti.errors import NumericalFailure, UserError
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.engines import check_weight_sync, colocated_vllm_model
 from lopti.train.fast_path import CpuFastPath
-from lopti.train.guards import (
-    TrainingGuard,
-    add_count,
-    explain_reward_errors,
-    ignored_fsdp_config,
-    is_python_reward,
-)
+from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, ignored_fsdp_config, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
 from lopti.train.reward_calls import bounded_reward
 from lopti.train.step_metrics import StepMetrics
