@@ -7,8 +7,11 @@ random stream), and a kill during the Trainer's save or its rotation of old chec
 folders. Loadable is checked cheaply: a safetensors header must parse and cover the file, and a
 `torch.save` file (a zip archive, whose directory is written last) must open as a zip.
 
-Layouts known: one process or DDP (`optimizer.pt`), and DeepSpeed (`latest` naming a folder of
-`*_optim_states.pt` and `*_model_states.pt`, with `scheduler.pt` only when DeepSpeed does not own it).
+Layouts known: one process or DDP (`optimizer.pt`), DeepSpeed (`latest` naming a folder of
+`*_optim_states.pt` and `*_model_states.pt`, with `scheduler.pt` only when DeepSpeed does not own it), and FSDP
+(accelerate's `pytorch_model_fsdp.bin` and `optimizer.bin` for a full state dict, or the distributed-checkpoint
+folders `pytorch_model_fsdp_0/` and `optimizer_0/` for a sharded one, each whole once its `.metadata` is written,
+which torch.distributed.checkpoint does after every process's shard).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ WEIGHT_FILES = (
 
 def _unloadable(path: Path) -> str | None:
     """Return why the weights or state file `path` cannot be loaded, or None when it can."""
+    if path.name == ".metadata":  # a distributed checkpoint's index, a pickle written after all its shards
+        return None if path.stat().st_size > 0 else f"{path.parent.name}/.metadata is empty"
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError, safe_open
 
@@ -64,6 +69,16 @@ def _deepspeed_problem(folder: Path) -> str | None:
     return next(filter(None, (_unloadable(p) for p in states)), None)
 
 
+def _fsdp_states(folder: Path) -> list[str]:
+    """Return the model and optimizer states FSDP saved in `folder` (both of the layout its model state shows),
+    or [] when `folder` holds no FSDP model state."""
+    if (folder / "pytorch_model_fsdp.bin").is_file():
+        return ["pytorch_model_fsdp.bin", "optimizer.bin"]
+    if (folder / "pytorch_model_fsdp_0").is_dir():
+        return ["pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata"]
+    return []
+
+
 def checkpoint_problem(folder: Path) -> str | None:
     """Return why `folder` cannot be resumed from (the first missing or damaged file), or None."""
     try:
@@ -73,10 +88,11 @@ def checkpoint_problem(folder: Path) -> str | None:
     if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
         return "trainer_state.json has no global_step"
     deepspeed = (folder / "latest").is_file()
+    fsdp = _fsdp_states(folder)
     weights = [name for name in WEIGHT_FILES if (folder / name).is_file()]
-    if not weights and not deepspeed:  # under ZeRO-3 the weights may live only in DeepSpeed's folder
+    if not weights and not deepspeed and not fsdp:  # DeepSpeed's and FSDP's states may hold the only weights
         return "no model weights (model.safetensors or an adapter) found"
-    needed = weights + ([] if deepspeed else ["optimizer.pt", "scheduler.pt"])
+    needed = weights if deepspeed else weights + (fsdp or ["optimizer.pt"]) + ["scheduler.pt"]
     missing = [name for name in needed if not (folder / name).is_file()]
     if missing:
         return f"{missing[0]} is missing"

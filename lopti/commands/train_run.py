@@ -35,6 +35,7 @@ from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.fast_path import is_sharded
 from lopti.train.packing import fast_generation, packing_applies
 from lopti.train.trainer import LoptiGRPOTrainer
 
@@ -70,6 +71,30 @@ class StopAtMaxSteps(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step >= state.max_steps:
             raise TrainingEnded
+
+
+def sharding_of(trainer: LoptiGRPOTrainer) -> str | None:
+    """Return how the launch sharded the model ("FSDP2", "DeepSpeed ZeRO-3", ...), None when every process held it
+    whole: run.json records it, since a launch's config file, not lopti's settings, decides it."""
+    accelerator = trainer.accelerator
+    if getattr(accelerator, "is_fsdp2", False):
+        return "FSDP2"
+    if trainer.is_fsdp_enabled:
+        return "FSDP"
+    if trainer.is_deepspeed_enabled:
+        return f"DeepSpeed ZeRO-{accelerator.state.deepspeed_plugin.zero_stage}"
+    return None
+
+
+def save_whole_model(trainer: LoptiGRPOTrainer, folder: Path) -> None:
+    """Save the trained model to `folder` as one state dict. Under FSDP with a sharded state dict, transformers'
+    `save_model` writes no weights at all (its checkpoints keep FSDP's sharded layout), so the shards are gathered
+    here first; every process must call this, as the gather is a collective."""
+    plugin = trainer.accelerator.state.fsdp_plugin if trainer.is_fsdp_enabled else None
+    if plugin is None or "FULL_STATE_DICT" in str(plugin.state_dict_type):
+        trainer.save_model(str(folder))
+    else:
+        trainer._save(str(folder), state_dict=trainer.accelerator.get_state_dict(trainer.model))
 
 
 def drop_metrics_after(path: Path, step: int) -> None:
@@ -190,7 +215,7 @@ def held_out_eval(
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
     model = trainer.accelerator.unwrap_model(trainer.model)
-    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
+    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path) and not is_sharded(trainer)
 
     def compute() -> tuple[dict, dict | None]:
         with fast_generation(model) if fast else contextlib.nullcontext():
@@ -318,19 +343,22 @@ def _train_locked(
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         seconds.setdefault("train", time.time() - started)
     if "run.json" in todo:
-        trainer.save_model(str(run_dir / "final"))
+        save_whole_model(trainer, run_dir / "final")
         if main_process:
             trainer.processing_class.save_pretrained(str(run_dir / "final"))
             summary = {
                 "train_seconds": round(seconds["train"], 1),
                 "global_step": trainer.state.global_step,
                 "processes": trainer.accelerator.num_processes,
+                "sharding": sharding_of(trainer),
             }
             write_atomic(run_dir / "run.json", json.dumps(summary))
-    if run.evaluate and main_process:
+    # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes
+    if run.evaluate and (main_process or is_sharded(trainer)):
         path = run_dir / "eval_after.json"
         after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
-        write_report(run_dir, before, after, seconds, method_line(trainer.args))
+        if main_process:
+            write_report(run_dir, before, after, seconds, method_line(trainer.args))
     if main_process:
         write_model_card(run_dir, run, trainer.args)
     return run_dir

@@ -10,7 +10,8 @@ numbers are computed, never which ones (the same up to float rounding; docs/trai
   micro-batch's `old_per_token_logps` for the later passes.
 It acts only where `packing_applies`: `cpu_fast_path` is true, the device is the CPU, and the model is a plain (not
 PEFT) sdpa model without extra inputs (images, the MoE loss) whose layers are all full attention (`model_problem`);
-the rollout, also only for sampling or greedy decoding with the cache it builds itself (`generation_problem`).
+the rollout, also only for sampling or greedy decoding with the cache it builds itself (`generation_problem`);
+never for a model sharded across processes (`is_sharded`).
 Anywhere else every call is TRL's own, with a debug-level log line saying why.
 """
 
@@ -57,6 +58,14 @@ def generation_problem(config: GenerationConfig) -> str | None:
     return None
 
 
+def is_sharded(trainer: Any) -> bool:
+    """Return True when `trainer`'s model is sharded across processes (FSDP, DeepSpeed ZeRO-3). Each forward of a
+    sharded model gathers its weights, a collective every process must join; the fast path's forwards (how many
+    depends on each process's own batch: its decode loop drops ended rows) would leave the processes out of step."""
+    zero_stage = getattr(trainer.accelerator.state.deepspeed_plugin, "zero_stage", 0)
+    return trainer.is_fsdp_enabled or zero_stage == 3
+
+
 def skips_old_forward(args: Any, num_iterations: int) -> bool:
     """Return True when TRL runs a forward for old log-probs that the first pass's own forward also gives.
 
@@ -85,7 +94,7 @@ class CpuFastPath:
         model = self.accelerator.unwrap_model(model)
         if not packing.packing_applies(model, device, self.args.cpu_fast_path):
             return False
-        problem = model_problem(model) or problem
+        problem = ("the model is sharded (FSDP or ZeRO-3)" if is_sharded(self) else model_problem(model)) or problem
         if problem is None:
             return True
         if problem not in self._fast_path_notes:

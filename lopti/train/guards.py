@@ -19,10 +19,12 @@ import functools
 import logging
 import math
 import numbers
+import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from trl.trainer.utils import get_callable_name, is_async_callable
 
@@ -107,6 +109,26 @@ def _explain_async_reward_errors(func: Any, check: Callable[[str, list, list], l
         return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
 
     return wrapped
+
+
+def ignored_fsdp_config(trainer: Any) -> str | None:
+    """Return why the launch's FSDP config would be ignored, or None. accelerate applies FSDP only on accelerator
+    devices (its state keeps a CPU launch MULTI_CPU even with ACCELERATE_USE_FSDP set), so on the CPU every process
+    would train a whole copy of the model, as DDP does, without a word: a run that asked for sharding is refused."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true" or trainer.is_fsdp_enabled:
+        return None
+    return (
+        f"this launch's FSDP config has no effect on {trainer.accelerator.device.type.upper()}: accelerate shards a "
+        "model only on GPUs and other accelerators, and would train a whole copy per process here (as DDP does); "
+        "launch without the FSDP config (accelerate launch --multi_gpu), or on GPUs"
+    )
+
+
+def local_shard(parameter: torch.Tensor) -> torch.Tensor:
+    """Return the part of `parameter` this process holds: DeepSpeed ZeRO-3's `ds_tensor`, FSDP2's local shard of a
+    DTensor (a collective on a DTensor itself fails: "c10d.allreduce_ ... no sharding strategy"), else itself."""
+    parameter = getattr(parameter, "ds_tensor", parameter)
+    return parameter.to_local() if isinstance(parameter, DTensor) else parameter
 
 
 class TrainingGuard(TrainerCallback):
@@ -199,7 +221,7 @@ class TrainingGuard(TrainerCallback):
         """Return the norm of the trainable weights this process holds, summed over processes (a constant
         factor when they are replicas, which the growth ratio cancels)."""
         squares = [
-            torch.linalg.vector_norm(getattr(p, "ds_tensor", p).detach(), dtype=torch.float32).square()
+            torch.linalg.vector_norm(local_shard(p).detach(), dtype=torch.float32).square()
             for p in model.parameters()
             if p.requires_grad
         ]
