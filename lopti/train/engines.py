@@ -1,5 +1,6 @@
-"""Checks of the generation engines TRL drives, made once the engine is built and before the first step, so a
-setup that cannot train ends in one line instead of a traceback from inside the engine.
+"""Checks of the engines a run uses (the generation engine TRL drives, the sharding accelerate applies), made once
+they are built and before the first step, so a setup that cannot train as asked ends in one line instead of a
+traceback from inside the engine or a run that silently trains otherwise.
 
 A colocated vLLM engine (`use_vllm=True, vllm_mode="colocate"`) receives the trained weights after every optimizer
 step: TRL's `sync_weights` hands each tensor to the vLLM model's `load_weights`, which copies it into the
@@ -12,6 +13,7 @@ serves as the output head (a tied `lm_head`) computes its logits from a copy no 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -38,3 +40,24 @@ def check_weight_sync(model: torch.nn.Module) -> None:
                 "which the weight sync after each optimizer step cannot update (vLLM's CPU build keeps only the "
                 "packed copy); run vLLM on a GPU, or set use_vllm=False"
             )
+
+
+def ignored_fsdp_config(trainer: Any) -> str | None:
+    """Return why the launch's FSDP config would be ignored, or None. accelerate applies FSDP only on accelerator
+    devices (its state keeps a CPU launch MULTI_CPU even with ACCELERATE_USE_FSDP set), so on the CPU every process
+    would train a whole copy of the model, as DDP does, without a word: a run that asked for sharding is refused."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true" or trainer.is_fsdp_enabled:
+        return None
+    return (
+        f"this launch's FSDP config has no effect on {trainer.accelerator.device.type.upper()}: accelerate shards a "
+        "model only on GPUs and other accelerators, and would train a whole copy per process here (as DDP does); "
+        "launch without the FSDP config (accelerate launch --multi_gpu), or on GPUs"
+    )
+
+
+def check_engines(trainer: Any) -> None:
+    """Raise UserError when the trainer's engines cannot train as its settings ask (see the module)."""
+    if trainer.use_vllm and trainer.vllm_mode == "colocate":
+        check_weight_sync(colocated_vllm_model(trainer.vllm_generation.llm))
+    if problem := ignored_fsdp_config(trainer):
+        raise UserError(problem)

@@ -19,7 +19,6 @@ import functools
 import logging
 import math
 import numbers
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -109,19 +108,6 @@ def _explain_async_reward_errors(func: Any, check: Callable[[str, list, list], l
         return check(_reward_name(func), values, completions) if check and isinstance(values, list) else values
 
     return wrapped
-
-
-def ignored_fsdp_config(trainer: Any) -> str | None:
-    """Return why the launch's FSDP config would be ignored, or None. accelerate applies FSDP only on accelerator
-    devices (its state keeps a CPU launch MULTI_CPU even with ACCELERATE_USE_FSDP set), so on the CPU every process
-    would train a whole copy of the model, as DDP does, without a word: a run that asked for sharding is refused."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true" or trainer.is_fsdp_enabled:
-        return None
-    return (
-        f"this launch's FSDP config has no effect on {trainer.accelerator.device.type.upper()}: accelerate shards a "
-        "model only on GPUs and other accelerators, and would train a whole copy per process here (as DDP does); "
-        "launch without the FSDP config (accelerate launch --multi_gpu), or on GPUs"
-    )
 
 
 def local_shard(parameter: torch.Tensor) -> torch.Tensor:

@@ -40,11 +40,11 @@ from lopti.core import (
     token_objective,
 )
 from lopti.core.objective import BUILT_IN_STEPS, Surrogate
-from lopti.errors import NumericalFailure, UserError
+from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.engines import check_weight_sync, colocated_vllm_model
+from lopti.train.engines import check_engines
 from lopti.train.fast_path import CpuFastPath
-from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, ignored_fsdp_config, is_python_reward
+from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
 from lopti.train.reward_calls import bounded_reward
 from lopti.train.step_metrics import StepMetrics
@@ -162,10 +162,7 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         for index in range(len(funcs), len(self.reward_funcs)):
             self.reward_funcs[index].__name__ = self.reward_func_names[index]
             self.reward_funcs[index] = guarded(self.reward_funcs[index])
-        if self.use_vllm and self.vllm_mode == "colocate":  # before any step: a build that cannot take weights
-            check_weight_sync(colocated_vllm_model(self.vllm_generation.llm))
-        if problem := ignored_fsdp_config(self):  # before any step: the launch asked for sharding it would not get
-            raise UserError(problem)
+        check_engines(self)  # before any step: vLLM that cannot take the weights, FSDP that accelerate ignores
         self.add_callback(self._guard)
         self._rewards_per_func: torch.Tensor | None = None
         self._log_sum_sq = LogSumSqCapture(self.model, self.temperature, self.args.cast_lm_head_to_fp32)
