@@ -210,21 +210,14 @@ def test_each_rl_step_makes_two_updates_in_order_and_the_weights_follow_lopti_co
 
 
 def test_a_failing_update_on_the_workers_leaves_the_advantages_and_weights_as_they_were(workers, recipe):
-    # lopti_ar without the config class that carries α: the loss raises on the workers, at its first call
-    config = recipe(
-        "kk-qwen2.5-3b",
-        [
-            *OVERRIDES,
-            "actor_rollout_ref.actor.policy_loss._target_=verl.workers.config.PolicyLossConfig",
-            "~actor_rollout_ref.actor.policy_loss.ar_alpha",
-        ],
-    )
+    # a dual-clip constant below 1: the loss raises on the workers, at its first call
+    config = recipe("kk-qwen2.5-3b", [*OVERRIDES, "actor_rollout_ref.actor.clip_ratio_c=0.5"])
     trainer = trainer_on(workers, config)
     before = workers.weights()[0]
     direct = DirectActor(config)
     rows = sample_rl_batch(direct.model, direct.reference, direct.temperature, seed=0)
     batch = put_rl_step(rows, step=RL_STEPS)
-    with pytest.raises(ValueError, match="ARPolicyLossConfig"):
+    with pytest.raises(ValueError, match="clip_ratio_c must be > 1"):
         trainer._update_actor(batch, {})
     restored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])
     torch.testing.assert_close(restored["advantages"].to_padded_tensor(0.0), padded(rows["advantages"]))
