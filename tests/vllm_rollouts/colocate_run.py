@@ -92,6 +92,7 @@ def main() -> None:
     except Exception as error:  # reported to the test, which asserts on it
         report["error"] = f"{type(error).__name__}: {error}"
         report["traceback"] = traceback.format_exc()[-3000:]
+        report["frames"] = [frame.name for frame in traceback.extract_tb(error.__traceback__)]
     else:
         report["log"] = trainer.state.log_history
     print("REPORT " + json.dumps(report))
