@@ -60,6 +60,9 @@ MODEL_INPUTS = {"attention_mask", "position_ids", "cache", "use_cache", "logits_
 MATMUL_DECODE = "lopti_matmul_decode"  # the attention implementation's name while the loop runs
 # what an attention module may pass that changes the attention beyond the mask; any of them runs sdpa
 ATTENTION_EXTRAS = ("softcap", "sliding_window", "s_aux", "position_bias")
+# ended rows leave the sampling loop's batch together, once they are 1 / LEAVE_AT of it: dropping rows copies every
+# layer's cache, which costs more than keeping a few ended rows in the forwards for a few steps (docs/performance.md)
+LEAVE_AT = 16
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -99,8 +102,19 @@ class PreallocatedLayer(DynamicLayer):
         return self.length
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows `indices` of the cache: the positions written so far are gathered, and written over the
+        first rows of the same buffers where they hold that many rows (rows leaving the sampling loop), so a step
+        copies the cache written so far, not its capacity."""
         if self.is_initialized:
-            self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+            rows = len(indices)
+            for name in ("key_buffer", "value_buffer"):
+                buffer = getattr(self, name)
+                kept = buffer[indices, :, : self.length]
+                if rows > len(buffer):  # rows repeated (a shared prefill copied to its group)
+                    buffer = buffer.new_empty(rows, *buffer.shape[1:])
+                buffer = buffer[:rows]
+                buffer[:, :, : self.length] = kept
+                setattr(self, name, buffer)
             self._expose()
 
 
@@ -317,7 +331,8 @@ def sample_unfinished_rows(
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own for left padding (0 on padding)
     greedy = generation_config.get_generation_mode() == GenerationMode.GREEDY_SEARCH
     past = cache.get_seq_length()
-    rows = torch.arange(batch, device=input_ids.device)  # the original rows still in the batch
+    rows = torch.arange(batch, device=input_ids.device)  # the original rows in the batch
+    live = torch.ones(batch, dtype=torch.bool, device=input_ids.device)  # which of them are still sampling
     tokens, position_ids, length = input_ids[:, past:], positions[:, past:], width
     shared = prompt_of_row = None
     if past:  # rows with the same prompt hold copies of one prefill in the first `past` cache positions
@@ -332,14 +347,15 @@ def sample_unfinished_rows(
             ).logits[:, -1].to(copy=True, dtype=torch.float32)  # fmt: skip
             scores = logits_processor(sequences[rows, :length], logits)
             tokens = scores.argmax(-1) if greedy else draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
-            sequences[rows, length] = tokens
+            sequences[rows[live], length] = tokens[live]  # an ended row keeps the padding after its end
             length += 1
-            going = torch.ones_like(tokens, dtype=torch.bool) if end_tokens is None else ~torch.isin(tokens, end_tokens)
-            if not bool(going.any()):
+            if end_tokens is not None:
+                live &= ~torch.isin(tokens, end_tokens)
+            if not bool(live.any()):
                 break
-            if not bool(going.all()):
-                kept = going.nonzero().flatten()
-                rows, tokens = rows[kept], tokens[kept]
+            if int((~live).sum()) * LEAVE_AT >= len(rows):  # ended rows leave in bulk: each leaving copies the cache
+                kept = live.nonzero().flatten()
+                rows, tokens, live = rows[kept], tokens[kept], live[kept]
                 cache.batch_select_indices(kept)
                 shared = None if shared is None else shared.of_rows(prompt_of_row[rows])
             tokens, position_ids = tokens[:, None], positions[rows, -1:] + (length - width)

@@ -7,7 +7,7 @@ import torch
 from transformers import AttentionInterface, AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from lopti.train import decode
+from lopti.train import decode, packing
 from lopti.train.decode import MATMUL_DECODE, SharedPrompt, draws_like_multinomial, single_query_attention
 from lopti.train.packing import shared_prefill_generate
 
@@ -81,6 +81,35 @@ def test_fast_rollout_samples_what_generate_samples(tiny_model_dir, name, length
             assert sum(our_rows[-steps:]) == int(sampled.sum()) < sum(generate_rows[-steps:]) == len(ids) * steps
         prefill = [len(torch.unique(ids, dim=0))] if group > 1 else []
         assert our_rows[: len(our_rows) - steps] == prefill  # each distinct prompt's prefill once
+
+
+def test_ended_rows_left_in_the_batch_until_they_leave_together_change_no_token(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(decode, "LEAVE_AT", 2)  # ended rows leave once they are half the batch
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=0)
+    expected, _, generate_state = sample(type(model).generate, model, ids, mask, config, seed=0)
+    ours, our_rows, our_state = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    assert torch.equal(ours, expected) and torch.equal(our_state, generate_state)
+    completions = expected[:, ids.size(1) :]
+    is_end = torch.isin(completions, torch.tensor(MANY_ENDS))
+    sampled = int(torch.where(is_end.any(dim=1), is_end.int().argmax(dim=1) + 1, completions.size(1)).sum())
+    forwards = sum(our_rows[1:])  # after the prefill
+    # ended rows ran a few more forwards (fewer than half of each step's rows), and left before the end
+    assert sampled < forwards < 2 * sampled and forwards < len(ids) * completions.size(1)
+
+
+def test_the_cache_is_preallocated_for_a_budget_given_as_an_argument(tiny_model_dir, monkeypatch):
+    capacities = []
+    monkeypatch.setattr(packing, "sampling_cache", lambda model, capacity: capacities.append(capacity) or
+                        decode.sampling_cache(model, capacity))  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 1, seed=0)
+    with torch.no_grad():  # as lopti's evaluation calls it: the budget beside the model's own generation config
+        shared_prefill_generate(model, input_ids=ids, attention_mask=mask, max_new_tokens=7, do_sample=False,
+                                pad_token_id=0)  # fmt: skip
+    assert capacities == [ids.size(1) + 7]
 
 
 @pytest.mark.parametrize("group", [4, 1], ids=["repeated-prompts", "distinct-prompts"])
