@@ -51,6 +51,15 @@ SETTINGS = {
 }
 
 
+def both_ways(model, seed: int, lengths=(9, 14, 5), group: int = 4):
+    """Return ((sequences, forward rows, random state) of generate, the same of the fast path, the prompts' ids)
+    for one seeded "ends-inside" sampling of `lengths` prompts, each `group` times."""
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(model.config.vocab_size, list(lengths), group, seed)
+    expected = sample(type(model).generate, model, ids, mask, config, seed)
+    return expected, sample(shared_prefill_generate, model, ids, mask, config, seed), ids
+
+
 @pytest.mark.parametrize(
     "lengths, group",
     [([9, 14, 5], 4), ([9, 14, 5, 7, 11, 3, 12, 6, 10, 8, 13, 4], 1)],
@@ -87,10 +96,7 @@ def test_ended_rows_left_in_the_batch_until_they_leave_together_change_no_token(
     monkeypatch.setattr(decode, "LEAVE_AT", 2)  # ended rows leave once they are half the batch
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     model.generation_config.eos_token_id = None
-    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
-    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=0)
-    expected, _, generate_state = sample(type(model).generate, model, ids, mask, config, seed=0)
-    ours, our_rows, our_state = sample(shared_prefill_generate, model, ids, mask, config, seed=0)
+    (expected, _, generate_state), (ours, our_rows, our_state), ids = both_ways(model, seed=0)
     assert torch.equal(ours, expected) and torch.equal(our_state, generate_state)
     completions = expected[:, ids.size(1) :]
     is_end = torch.isin(completions, torch.tensor(MANY_ENDS))
@@ -309,8 +315,6 @@ class Preallocated(Exception):
 
 @pytest.mark.parametrize("budget", [10**9, 600])
 def test_the_cache_preallocates_no_more_than_the_model_attends_to(tiny_model_dir, monkeypatch, budget):
-    from lopti.train import packing
-
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     model.config.max_position_embeddings = 512
     sizes = []
@@ -330,13 +334,8 @@ def test_the_cache_preallocates_no_more_than_the_model_attends_to(tiny_model_dir
 def test_a_generation_longer_than_the_preallocated_cache_grows_it_and_samples_what_generate_samples(
     tiny_model_dir, monkeypatch
 ):
-    from lopti.train import packing
-
     monkeypatch.setattr(packing, "PREALLOCATED_STEPS", 3)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     model.generation_config.eos_token_id = None
-    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
-    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=1)
-    expected, _, _ = sample(type(model).generate, model, ids, mask, config, seed=1)
-    ours, _, _ = sample(shared_prefill_generate, model, ids, mask, config, seed=1)
+    (expected, _, _), (ours, _, _), _ = both_ways(model, seed=1)
     assert torch.equal(ours, expected)
