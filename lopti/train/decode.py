@@ -5,8 +5,9 @@ decoding method, so generate still prepares everything (generation config, logit
 attention mask, the prefilled cache) and only the loop differs from `GenerationMixin._sample`: rows that have
 sampled an end-of-sequence token leave the batch (their KV cache rows are dropped), together once they are
 1 / LEAVE_AT of it, so the later steps run their forwards on the rows still sampling and a few ended ones.
-Generate keeps every row until the longest one ends and writes padding for the ended ones. The cache is preallocated for the whole generation (`sampling_cache`), so a step writes its keys and
-values in place instead of copying every layer's cache into a longer tensor.
+Generate keeps every row until the longest one ends and writes padding for the ended ones. The cache is
+preallocated for the whole generation (`sampling_cache`), so a step writes its keys and values in place instead
+of copying every layer's cache into a longer tensor.
 
 The tokens are generate's: for one sample per row, `torch.multinomial` takes argmax(p / q) over the vocabulary,
 with q ~ Exp(1) drawn for the whole (rows, vocabulary) tensor. Drawing q for all rows, ended or not, and taking
