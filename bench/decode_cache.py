@@ -17,6 +17,7 @@ import argparse
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
@@ -44,6 +45,8 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a trained model folder of the default recipe")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    if not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model}: not a model folder (no config.json)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     run, _ = split(resolve(DEFAULT_RECIPES["kk"], {"output_dir": "/tmp/lopti-bench/decode-cache"}))
     train, held_out = task_datasets(run)[:2]

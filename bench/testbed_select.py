@@ -5,10 +5,9 @@ batches) runs the default `lopti train` (the shipped warm start, GRPO + AR + Lop
 its held-out set replaced by a validation split: 450 three-person puzzles of training forms that are in
 neither of the warm start's SFT stages nor the RL prompts. Greedy validation accuracy is measured before and
 after. A candidate passes if its smaller gain over the seeds is ≥ MIN_GAIN points and no run's training
-reward over its last 5 batches (half its batches, if fewer than 10) is more than COLLAPSE_MARGIN below its first
-5 (no collapse). Among passing
-candidates the fewest batches win; with equal batches the largest mean gain, within 1 point the smaller
-learning rate. The held-out set is used only for the chosen one (the robustness runs).
+reward over its last 5 batches (half its batches, if fewer than 10) is more than COLLAPSE_MARGIN below its
+first 5 (no collapse). Among passing candidates the fewest batches win; with equal batches the largest mean
+gain, within 1 point the smaller learning rate. The held-out set is used only for the chosen one (the robustness runs).
 
 Runs are kept in --out, so a rerun does only what is missing. Run (two processes of one thread, then the table):
   for s in 4 5; do OMP_NUM_THREADS=1 python bench/testbed_select.py --out results/testbed-select --only-seed $s & done

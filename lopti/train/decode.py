@@ -106,16 +106,17 @@ class PreallocatedLayer(DynamicLayer):
         first rows of the same buffers where they hold that many rows (rows leaving the sampling loop), so a step
         copies the cache written so far, not its capacity."""
         if self.is_initialized:
-            rows = len(indices)
-            for name in ("key_buffer", "value_buffer"):
-                buffer = getattr(self, name)
-                kept = buffer[indices, :, : self.length]
-                if rows > len(buffer):  # rows repeated (a shared prefill copied to its group)
-                    buffer = buffer.new_empty(rows, *buffer.shape[1:])
-                buffer = buffer[:rows]
-                buffer[:, :, : self.length] = kept
-                setattr(self, name, buffer)
+            self.key_buffer = self._kept(self.key_buffer, indices)
+            self.value_buffer = self._kept(self.value_buffer, indices)
             self._expose()
+
+    def _kept(self, buffer: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        kept = buffer[indices, :, : self.length]
+        if len(indices) > len(buffer):  # rows repeated (a shared prefill copied to its group)
+            buffer = buffer.new_empty(len(indices), *buffer.shape[1:])
+        buffer = buffer[: len(indices)]
+        buffer[:, :, : self.length] = kept
+        return buffer
 
 
 def sampling_cache(model: torch.nn.Module, capacity: int) -> Cache:
@@ -351,9 +352,10 @@ def sample_unfinished_rows(
             length += 1
             if end_tokens is not None:
                 live &= ~torch.isin(tokens, end_tokens)
-            if not bool(live.any()):
+            ended = int((~live).sum())
+            if ended == len(rows):
                 break
-            if int((~live).sum()) * LEAVE_AT >= len(rows):  # ended rows leave in bulk: each leaving copies the cache
+            if ended * LEAVE_AT >= len(rows):  # ended rows leave in bulk: each leaving copies the cache
                 kept = live.nonzero().flatten()
                 rows, tokens, live = rows[kept], tokens[kept], live[kept]
                 cache.batch_select_indices(kept)

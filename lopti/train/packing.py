@@ -13,6 +13,7 @@ separate old log-prob forward is skipped. `CpuFastPath` (lopti/train/fast_path.p
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from collections.abc import Iterator
 
@@ -110,12 +111,13 @@ def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torc
     generate = type(model).generate
     if input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
         return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    config = kwargs.get("generation_config") or model.generation_config
-    # generate lets a keyword argument override its generation config (lopti's evaluation passes the budget so)
-    budget, beams = kwargs.get("max_new_tokens", config.max_new_tokens), kwargs.get("num_beams", config.num_beams)
+    # the settings generate will use: its generation config with the keyword arguments over it, as generate merges
+    # them (lopti's evaluation passes its budget as `max_new_tokens`)
+    config = copy.deepcopy(kwargs.get("generation_config") or model.generation_config)
+    config.update(**kwargs)
     cache = (
-        sampling_cache(model, preallocated_positions(model, input_ids.size(1), budget))
-        if beams in (None, 1) and budget
+        sampling_cache(model, preallocated_positions(model, input_ids.size(1), config.max_new_tokens))
+        if config.num_beams in (None, 1) and config.max_new_tokens
         else DynamicCache(config=model.config)
     )
     distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)

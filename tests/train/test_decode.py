@@ -108,8 +108,12 @@ def test_ended_rows_left_in_the_batch_until_they_leave_together_change_no_token(
 
 def test_the_cache_is_preallocated_for_a_budget_given_as_an_argument(tiny_model_dir, monkeypatch):
     capacities = []
-    monkeypatch.setattr(packing, "sampling_cache", lambda model, capacity: capacities.append(capacity) or
-                        decode.sampling_cache(model, capacity))  # fmt: skip
+
+    def recording(model, capacity):
+        capacities.append(capacity)
+        return decode.sampling_cache(model, capacity)
+
+    monkeypatch.setattr(packing, "sampling_cache", recording)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 1, seed=0)
     with torch.no_grad():  # as lopti's evaluation calls it: the budget beside the model's own generation config
