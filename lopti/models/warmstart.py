@@ -47,9 +47,10 @@ class WarmStartConfig:
     """Train under bf16 autocast where the CPU has bf16 instructions (faster there; the weights stay fp32)."""
 
 
-def completion(record: dict, trace: bool, rng: random.Random) -> str:
-    """Return the SFT completion after the prompt's "<think>": the trace (or nothing), then the answer."""
-    worked = f"\n{render_trace(record['statements'], record['solution'], rng)}\n" if trace else ""
+def completion(record: dict, trace: bool, rng: random.Random, form: str = "plain") -> str:
+    """Return the SFT completion after the prompt's "<think>": the trace (or nothing) in `form`
+    (`lopti.tasks.kk.trace.FORMS`), then the answer."""
+    worked = f"\n{render_trace(record['statements'], record['solution'], rng, form)}\n" if trace else ""
     return f"{worked}</think>\n<answer>\n{record['solution_text']}\n</answer>"
 
 
