@@ -36,8 +36,8 @@ AGREE_WORDS = ("ok", "fine", "holds", "fits", "good")
 DISAGREE_WORDS = ("bad", "fails", "breaks", "clash", "wrong")
 FORMS = ("plain", "varied")
 # The varied form's choices as weights of their alternatives. Each alternative is one token of the shipped
-# tokenizer, and no probability (nor a product of two shown by one token) lies within .03 of a quartile edge,
-# where a model's estimate could fall on either side.
+# tokenizer, and for 3 people no probability (nor a product of two shown by one token) lies within .03 of a
+# quartile edge, where a model's estimate could fall on either side.
 ORDER_OFFSET = 5  # the next speaker among n left, by rank: weight n + 5 - rank (8/21, 7/21, 6/21; 7/13, 6/13)
 VERBS = (" says", " claims", " states", " tells", " asserts", " insists", " declares", " reports")
 VERB_WEIGHTS = (0.3, *[0.7 / len(VERBS)] * len(VERBS))  # no verb, then each verb
@@ -119,7 +119,7 @@ def _varied_checks(statements: list[Statement], assignment: tuple[bool, ...], rn
         word = statement[0] in WORD_OPERATORS and _pick(rng, WORD_WEIGHTS) == 1
         value = evaluate(statement, assignment)
         role = (("N", "knave"), ("K", "knight"))[assignment[speaker]][_pick(rng, ROLE_WEIGHTS)]
-        pair = (_truth(value), role)[:: 1 - 2 * _pick(rng, PAIR_WEIGHTS)]
+        pair = (_truth(value), role) if _pick(rng, PAIR_WEIGHTS) == 0 else (role, _truth(value))
         agrees = value == assignment[speaker]
         verdict = rng.choice(AGREE_WORDS if agrees else DISAGREE_WORDS)
         shown = check_text(statement, assignment, swap, word)
