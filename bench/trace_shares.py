@@ -43,7 +43,7 @@ import argparse
 import random
 from collections.abc import Callable
 
-from lopti.models.embedded import SHIPPED_TINY
+from lopti.models.embedded import SHIPPED
 from lopti.models.warmstart import WarmStartConfig, completion, stage_records
 from lopti.tasks.kk.trace import FORMS
 
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--puzzles", type=int, default=500)
     parser.add_argument("--stage-one-lengths", action="store_true", help="also the lengths over all stage-1 data")
     args = parser.parse_args()
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TINY)
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED / "tiny")
     result = shares(args.form, args.puzzles, tokenizer)
     row = " / ".join
     print(f"form {args.form}, {args.puzzles} puzzles of 3 people, shares per π quartile (%):")

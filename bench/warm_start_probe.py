@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lopti.models.embedded import SHIPPED_TINY
+from lopti.models.embedded import SHIPPED
 from lopti.tasks.kk.rewards import accuracy
 from lopti.train.packing import fast_generation
 
@@ -41,7 +41,7 @@ def started_accuracy(model, tokenizer, rows: list[dict], start: str, temperature
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--validation", type=Path, required=True)
-    parser.add_argument("--model", default=str(SHIPPED_TINY))
+    parser.add_argument("--model", default=str(SHIPPED / "tiny"))
     parser.add_argument("--puzzles", type=int, default=100)
     parser.add_argument("--samples", type=int, default=2)
     args = parser.parse_args()

@@ -26,7 +26,7 @@ class RunConfig(TaskData):
     """What to train: model, task data (`TaskData`), rewards, LoRA, resume and the held-out evaluation."""
 
     model: str = field(
-        default="tiny", metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder or hub id."}
+        default="tiny", metadata={"help": "Embedded model name (tiny, tiny-varied, smollm2-135m), 🤗 folder or hub id."}
     )
     rewards: list[str] = field(
         default_factory=lambda: ["logic_rl"],

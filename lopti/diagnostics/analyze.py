@@ -29,7 +29,7 @@ class AnalyzeConfig(ProbeConfig):
     """The batches to analyse (model, task prompts, rollout settings) and the probe's update settings."""
 
     model: str = field(
-        default="tiny", metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder or hub id."}
+        default="tiny", metadata={"help": "Embedded model name (tiny, tiny-varied, smollm2-135m), 🤗 folder or hub id."}
     )
     task: str = task_data_field("task")
     people: str = task_data_field("people", default="2-3")

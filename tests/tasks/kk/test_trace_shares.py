@@ -83,9 +83,9 @@ def test_draws_written_out_of_order_shown_by_one_token_or_by_several_match_the_e
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from lopti.models.embedded import SHIPPED_TINY
+    from lopti.models.embedded import SHIPPED
 
-    return AutoTokenizer.from_pretrained(SHIPPED_TINY)
+    return AutoTokenizer.from_pretrained(SHIPPED / "tiny")
 
 
 # a knave says "b is a knave and a is a knight", b a knave says "a is not a knave": the solution is the last try
