@@ -62,6 +62,7 @@ VALIDATION_PUZZLES, VALIDATION_SEED = 450, "testbed-validation"
 TIE = 1.0  # points
 COLLAPSE_MARGIN = 0.4  # reward: two standard errors of a 5-batch mean difference (round 3's spread); rounds 1-3: 0
 REGIME_MARGIN, MIN_LOW_GRAD_SHARE = 10.0, 40.0  # points of each quartile's share; % of the gradient
+ROOT = Path(__file__).resolve().parents[1]  # the rounds' recipes are named from the repository's root
 RECIPE = dict(people="3", template="terse", train_puzzles=2000, data_seed=0)  # both recipes' data
 
 
@@ -96,8 +97,8 @@ def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validat
         datasets = train_run.task_datasets
         train_run.task_datasets = lambda run_config: (datasets(run_config)[0], validation)
         try:
-            argv = ["train", "--config", config, "--learning_rate", str(learning_rate), "--max_steps", str(2 * batches),
-                    "--save_steps", "10", "--seed", str(seed), "--eval_samples", "0",
+            argv = ["train", "--config", str(ROOT / config), "--learning_rate", str(learning_rate),
+                    "--max_steps", str(2 * batches), "--save_steps", "10", "--seed", str(seed), "--eval_samples", "0",
                     "--output_dir", str(folder)]  # fmt: skip
             if lopti([*argv, "--resume"] if (folder / "config.yaml").is_file() else argv) != 0:
                 raise SystemExit(f"{folder}: lopti train failed")
