@@ -19,7 +19,7 @@ from lopti.commands.lengths import check_lengths
 from lopti.errors import check_output_folder
 from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
-from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import TaskData, get_task
 
 TRAINING_ONLY = ("train_puzzles", "train_file")  # TaskData keys that leave the held-out set as it is
@@ -32,9 +32,7 @@ class EvalConfig(TaskData):
     Bounds are in each field's metadata (see fields.check_values).
     """
 
-    model: str = field(
-        metadata={"help": "Embedded model name (tiny, smollm2-135m), 🤗 folder (e.g. runs/X/final) or hub id."}
-    )
+    model: str = field(metadata={"help": MODEL_HELP})
     samples: int = field(default=1, metadata={"help": "Samples per prompt (avg@k, pass@k).", "min": 1})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy.", "min": 0})
     eval_max_new_tokens: int = field(

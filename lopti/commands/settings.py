@@ -17,6 +17,7 @@ from transformers.training_args import OptimizerNames
 from lopti.commands.command_line import load_yaml
 from lopti.commands.fields import check_keys, check_values, field_names, settings_fields
 from lopti.errors import UserError, check_output_folder
+from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData
 from lopti.train.config import LoptiGRPOConfig
 
@@ -25,9 +26,7 @@ from lopti.train.config import LoptiGRPOConfig
 class RunConfig(TaskData):
     """What to train: model, task data (`TaskData`), rewards, LoRA, resume and the held-out evaluation."""
 
-    model: str = field(
-        default="tiny", metadata={"help": "Embedded model name (tiny, tiny-varied, smollm2-135m), 🤗 folder or hub id."}
-    )
+    model: str = field(default="tiny", metadata={"help": MODEL_HELP})
     rewards: list[str] = field(
         default_factory=lambda: ["logic_rl"],
         metadata={

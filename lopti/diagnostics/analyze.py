@@ -20,7 +20,7 @@ import torch
 from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_gradient_bounds
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts, split_groups
-from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import TaskData, get_task, task_data_field
 
 
@@ -28,9 +28,7 @@ from lopti.tasks.registry import TaskData, get_task, task_data_field
 class AnalyzeConfig(ProbeConfig):
     """The batches to analyse (model, task prompts, rollout settings) and the probe's update settings."""
 
-    model: str = field(
-        default="tiny", metadata={"help": "Embedded model name (tiny, tiny-varied, smollm2-135m), 🤗 folder or hub id."}
-    )
+    model: str = field(default="tiny", metadata={"help": MODEL_HELP})
     task: str = task_data_field("task")
     people: str = task_data_field("people", default="2-3")
     levels: str = task_data_field("levels")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 EMBEDDED_MODELS = ("tiny", "tiny-varied", "tiny-base", "smollm2-135m")
+MODEL_HELP = f"Embedded model name ({', '.join(EMBEDDED_MODELS)}), 🤗 folder (e.g. runs/X/final) or hub id."
 # Without one of these, transformers 5 silently builds an empty tokenizer from config.json alone.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
