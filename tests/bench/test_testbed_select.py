@@ -56,4 +56,4 @@ def test_each_round_tunes_a_recipe_that_exists_on_its_own_model(select):
     import yaml
 
     models = {name: yaml.safe_load((BENCH.parent / r.config).read_text())["model"] for name, r in select.ROUNDS.items()}
-    assert models == {"default": "tiny", "varied": "tiny-varied"}
+    assert models == {"default": "tiny", "varied": "tiny-varied", "varied-2": "tiny-varied"}
