@@ -9,7 +9,8 @@ import pytest
 import sympy
 
 from lopti.tasks.math.data import load_math, load_math_rows, math_records, parse_levels, write_math
-from lopti.tasks.math.generate import LEVELS, generate_problems, is_test_problem, latex_number
+from lopti.tasks.math.generate import LEVELS, NAMES, THINGS, generate_problems, is_test_problem, latex_number
+from lopti.tasks.math.prompts import EXAMPLE_ANSWER, EXAMPLE_PROBLEM, render_prompt
 from lopti.tasks.math.reward import math_score
 
 
@@ -127,3 +128,22 @@ def test_unreadable_or_unknown_files(tmp_path: Path) -> None:
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(ValueError, match=r"broken\.parquet: not a readable Parquet file"):
         load_math_rows(tmp_path / "broken.parquet")
+
+
+def test_worked_example_template_asks_the_problem_after_a_right_example() -> None:
+    (row,) = math_records(levels="1", train=1, test=0, seed=0, template="chat-example")["train"]
+    example, reply, question = row["prompt"]
+    assert [m["role"] for m in row["prompt"]] == ["user", "assistant", "user"]
+    assert question["content"].startswith(row["problem"]) and example["content"].startswith(EXAMPLE_PROBLEM)
+    assert math_score(EXAMPLE_ANSWER, latex_number(solved_answer(1, EXAMPLE_PROBLEM))) == 1.0
+    assert reply["content"] == EXAMPLE_ANSWER
+    # no generated problem can be the example: its name and its noun are not the generator's
+    assert not any(name in EXAMPLE_PROBLEM for name in NAMES) and not any(t in EXAMPLE_PROBLEM for t in THINGS)
+
+
+def test_a_file_with_worked_example_prompts_reads_the_asked_problem(tmp_path: Path) -> None:
+    prompt = render_prompt("What is 2 + 2?", "chat-example")
+    path = tmp_path / "verl.jsonl"
+    path.write_text(json.dumps({"prompt": prompt, "reward_model": {"ground_truth": "4"}}) + "\n")
+    (row,) = load_math_rows(path)
+    assert row["problem"] == prompt[-1]["content"] and row["prompt"] == prompt
