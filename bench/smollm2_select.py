@@ -24,8 +24,6 @@ import json
 import time
 from pathlib import Path
 
-import torch
-
 from lopti.commands.files import write_atomic
 from lopti.evaluation.scoring import judge_rows, summarise
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
@@ -40,6 +38,7 @@ LEVELS = (1, 2)
 VALIDATION_PROBLEMS, VALIDATION_SEED = 64, "smollm2-validation"
 TRAINING = dict(train=2000, seed=0)  # the recipe's training problems per level, kept out of the validation split
 SAMPLES, TEMPERATURE, BUDGET = 8, 0.7, 128
+MEASURES = ("greedy", "avg@8", "pass@8", "cut", "length")
 LOW, HIGH, MAX_CUT, TIE = 10.0, 50.0, 20.0, 3.0  # % avg@8; % of samples cut; points of pass@8 − avg@8
 
 
@@ -81,7 +80,7 @@ def candidates(measured: dict[str, dict]) -> list[dict]:
     for template in TEMPLATES:
         for levels in ("1", "2", "1-2"):
             parts = [measured[f"{template}|{level}"] for level in ((1, 2) if levels == "1-2" else (int(levels),))]
-            mean = {key: sum(p[key] for p in parts) / len(parts) for key in ("greedy", "avg@8", "pass@8", "cut", "length")}
+            mean = {key: sum(p[key] for p in parts) / len(parts) for key in MEASURES}
             eligible = LOW <= mean["avg@8"] <= HIGH and mean["cut"] <= MAX_CUT
             rows.append({"template": template, "levels": levels, **mean, "eligible": eligible})
     return rows
@@ -111,7 +110,7 @@ def main() -> None:
                 continue
             if model is None:
                 folder = resolve_model("smollm2-135m")
-                model, tokenizer = load_model(folder, torch_dtype=torch.float32), load_tokenizer(folder)
+                model, tokenizer = load_model(folder), load_tokenizer(folder)
             measured[key] = measure(model, tokenizer, level, template)
             write_atomic(path, json.dumps(measured, indent=1))
             print(key, {k: round(v, 1) for k, v in measured[key].items()}, flush=True)
@@ -121,7 +120,8 @@ def main() -> None:
     for r in rows:
         print(
             f"| {r['template']} | {r['levels']} | {r['greedy']:.1f}% | {r['avg@8']:.1f}% | {r['pass@8']:.1f}% | "
-            f"{r['pass@8'] - r['avg@8']:+.1f} | {r['cut']:.1f}% | {r['length']:.0f} | {'yes' if r['eligible'] else 'no'} |"
+            f"{r['pass@8'] - r['avg@8']:+.1f} | {r['cut']:.1f}% | {r['length']:.0f} | "
+            f"{'yes' if r['eligible'] else 'no'} |"
         )
     chosen = choose(rows)
     print("chosen:", f"{chosen['template']}, levels {chosen['levels']}" if chosen else "none eligible")
