@@ -13,7 +13,7 @@ some wrong answers) and at most MAX_CUT of its samples run into the budget. Amon
 the largest pass@8 − avg@8 wins (what sampling already finds and RL can make likely); within TIE points, the one
 with the shorter mean completion (a faster rollout). The held-out set is used only by the chosen form's runs.
 
-Run (about 15 minutes on 2 cores; the measured table is kept in --out, a rerun prints it):
+Run (about 30 minutes on 2 cores; the measured table is kept in --out, a rerun prints it):
   OMP_NUM_THREADS=2 python bench/smollm2_select.py --out results/smollm2-select
 """
 
