@@ -69,7 +69,7 @@ def measure(model, tokenizer, level: int, template: str) -> dict:
         "avg@8": 100 * summary["accuracy"],
         "pass@8": 100 * summary[f"pass@{SAMPLES}"],
         "cut": 100 * sum(n >= BUDGET for n in lengths) / len(lengths),
-        "length": sum(lengths) / len(lengths),
+        "length": summary["length"],
         "seconds": time.time() - started,
     }
 

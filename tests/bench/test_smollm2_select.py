@@ -19,14 +19,14 @@ def select(monkeypatch):
     return importlib.import_module("smollm2_select")
 
 
-def measured(**per_candidate):
+def measured(select, **per_candidate):
     """Return measured.json's content: per "template|level", the measures (greedy, avg@8, pass@8, cut, length)."""
-    return {key.replace("_", "|"): dict(zip(("greedy", "avg@8", "pass@8", "cut", "length"), values, strict=True))
+    return {key.replace("_", "|"): dict(zip(select.MEASURES, values, strict=True))
             for key, values in per_candidate.items()}  # fmt: skip
 
 
 def test_the_largest_gap_wins_among_eligible_candidates(select):
-    rows = select.candidates(measured(
+    rows = select.candidates(measured(select,
         chat_1=(0, 0, 0, 90, 120), chat_2=(0, 0, 0, 95, 124),  # never boxed, cut: not eligible
         **{"chat-example_1": (40, 30, 70, 1, 40), "chat-example_2": (10, 5, 30, 2, 60)},
     ))  # fmt: skip
@@ -38,7 +38,7 @@ def test_the_largest_gap_wins_among_eligible_candidates(select):
 
 
 def test_within_the_tie_the_shorter_completion_wins_and_none_eligible_is_none(select):
-    rows = select.candidates(measured(
+    rows = select.candidates(measured(select,
         chat_1=(30, 20, 60, 10, 90), chat_2=(30, 20, 61, 10, 100),
         **{"chat-example_1": (30, 20, 58, 0, 45), "chat-example_2": (30, 20, 80, 50, 50)},  # 2 and 1-2: cut > 20%
     ))  # fmt: skip
