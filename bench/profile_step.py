@@ -1,14 +1,16 @@
-"""Where the time of one generated batch of the default recipe goes, with and without `cpu_fast_path`.
+"""Where the time of one generated batch of a recipe goes, with and without `cpu_fast_path`.
 
-Builds the trainer exactly as `lopti train` does (lopti/configs/kk-tiny-cpu.yaml, the cached warm-started tiny
-model), trains `--batches` generated batches (two Lopti passes each) per variant, variants alternating over
-`--rounds`, drops each run's first batch (warm-up), and prints the median seconds per generated batch of:
-generation (TRL's `generate`), the old log-prob forward (no gradient), rewards, the rest of TRL's scoring
-(advantages, bookkeeping), the update forwards (with gradient), lopti's loss and metrics, backward, and the
-optimizer step with logging. Also the share of padding in the update batches and of prompt tokens among the
+Builds the trainer exactly as `lopti train` does (the recipe `--config`, by default lopti/configs/kk-tiny-cpu.yaml
+with its cached warm-started tiny model; `--set key=value` overrides one of its settings, the value read as YAML),
+trains `--batches` generated batches (two passes each with Lopti) per variant, variants alternating over `--rounds`
+(`--packed-only`: the fast path alone), drops each run's first batch (warm-up), and prints the median seconds per
+generated batch of: generation (TRL's `generate`), the old log-prob forward (no gradient), rewards, the rest of
+TRL's scoring (advantages, bookkeeping), the update forwards (with gradient), lopti's loss and metrics, backward,
+and the optimizer step with logging. Also the share of padding in the update batches and of prompt tokens among the
 real ones. One torch thread unless OMP_NUM_THREADS says otherwise.
 
 Run: python bench/profile_step.py --batches 3 --rounds 2
+SmolLM2-135M's math recipe: python bench/profile_step.py --config configs/math-smollm2-cpu.yaml --packed-only --rounds 1
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from transformers import TrainerCallback
 
 from lopti.cli import DEFAULT_RECIPES
+from lopti.commands.fields import read_yaml
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import build_trainer
 
@@ -55,11 +58,12 @@ def timed(times: dict, label: str, func):
     return wrapper
 
 
-def one_run(batches: int, cpu_fast_path: bool) -> dict[str, float]:
-    """Train `batches` generated batches of the default; return median seconds per batch of each component."""
-    overrides = {"max_steps": 2 * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
-                 "report_to": [], "save_strategy": "no", "cpu_fast_path": cpu_fast_path}  # fmt: skip
-    run, trainer_kwargs = split(resolve(DEFAULT_RECIPES["kk"], overrides))
+def one_run(config: str, changes: dict, batches: int, cpu_fast_path: bool) -> dict[str, float]:
+    """Train `batches` generated batches of the recipe; return median seconds per batch of each component."""
+    passes = 2 if resolve(config, changes).get("lopti") else 1
+    overrides = {**changes, "max_steps": passes * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
+                 "report_to": [], "save_strategy": "no", "evaluate": False, "cpu_fast_path": cpu_fast_path}  # fmt: skip
+    run, trainer_kwargs = split(resolve(config, overrides))
     trainer = build_trainer(run, trainer_kwargs)
     times = collections.defaultdict(list)
     for name, label in (("_generate_single_turn", "generate"), ("_generate_and_score_completions", "scoring"),
@@ -120,14 +124,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=3, help="generated batches per run; the first is dropped")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--config", default=str(DEFAULT_RECIPES["kk"]), help="the recipe to profile")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    parser.add_argument("--packed-only", action="store_true", help="profile the fast path alone")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    results: dict[bool, list[dict]] = {False: [], True: []}
+    changes = {key: read_yaml(value) for key, _, value in (item.partition("=") for item in args.set)}
+    variants = (True,) if args.packed_only else (False, True)
+    results: dict[bool, list[dict]] = {pack: [] for pack in variants}
     for r in range(args.rounds):
-        for pack in (False, True) if r % 2 == 0 else (True, False):
-            results[pack].append(one_run(args.batches, pack))
+        for pack in variants if r % 2 == 0 else variants[::-1]:
+            results[pack].append(one_run(args.config, changes, args.batches, pack))
     median = {pack: {k: statistics.median(res[k] for res in runs) for k in runs[0]} for pack, runs in results.items()}
-    old, new = median[False], median[True]
+    new = median[True]
+    if args.packed_only:
+        print(f"| component | packed s | share |  ({torch.get_num_threads()} thread)\n|---|---|---|")
+        for name in (*COMPONENTS, "whole batch"):
+            print(f"| {name} | {new[name]:.2f} | {100 * new[name] / new['whole batch']:.0f}% |")
+        print(f"prompt tokens among the real ones: {100 * new['prompt share']:.0f}%")
+        return
+    old = median[False]
     print(f"| component | padded s | share | packed s | share | packed / padded |  ({torch.get_num_threads()} thread)")
     print("|---|---|---|---|---|---|")
     for name in (*COMPONENTS, "whole batch"):

@@ -90,9 +90,9 @@ def mean_reward(metrics: Path, first: bool) -> float:
     return statistics.mean(rewards[:window] if first else rewards[-window:])
 
 
-def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validation: Dataset) -> dict:
-    """Train one candidate run of the recipe `config` (or reuse it); return its validation gain, reward trend
-    and token shares at the start."""
+def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validation: Dataset, passes: int = 2) -> dict:
+    """Train one candidate run of the recipe `config` (or reuse it), `passes` updates per generated batch; return
+    its validation gain, reward trend and token shares at the start."""
     learning_rate, batches = candidate
     folder = out / f"lr{learning_rate:g}-batches{batches}-seed{seed}"
     if not (folder / "eval_after.json").is_file():
@@ -100,8 +100,8 @@ def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validat
         train_run.task_datasets = lambda run_config: (datasets(run_config)[0], validation)
         try:
             argv = ["train", "--config", str(ROOT / config), "--learning_rate", str(learning_rate),
-                    "--max_steps", str(2 * batches), "--save_steps", "10", "--seed", str(seed), "--eval_samples", "0",
-                    "--output_dir", str(folder)]  # fmt: skip
+                    "--max_steps", str(passes * batches), "--save_steps", "10", "--seed", str(seed),
+                    "--eval_samples", "0", "--output_dir", str(folder)]  # fmt: skip
             if lopti([*argv, "--resume"] if (folder / "config.yaml").is_file() else argv) != 0:
                 raise SystemExit(f"{folder}: lopti train failed")
         finally:
@@ -111,7 +111,7 @@ def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validat
         for name in ("before", "after")
     }
     metrics = folder / "metrics.jsonl"
-    shares, grad_share_low = start_shares(metrics)
+    shares, grad_share_low = start_shares(metrics, passes)
     return {
         "candidate": [learning_rate, batches],
         "seed": seed,
