@@ -20,7 +20,8 @@ def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_pa
             "--disable_tqdm", "true", "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     config = yaml.safe_load((out / "config.yaml").read_text())
-    assert config["task"] == "math" and config["ar_alpha"] == 0.1 and config["lopti"] is False
+    assert config["task"] == "math" and config["template"] == "chat-example"  # the form SmolLM2 answers in
+    assert config["ar_alpha"] == 0.0 and config["lopti"] is False and config["learning_rate"] == 1e-5  # GRPO
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("rewards/math/mean" in m for m in metrics)
     after = json.loads((out / "eval_after.json").read_text())
