@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 from datasets import Dataset
 from smollm2_select import validation_rows
-from testbed_select import ROOT, run
+from testbed_select import ROOT, gain_summary, run
 
 from lopti.commands.files import write_atomic
 from lopti.tasks.math.data import trainer_rows
@@ -41,15 +40,9 @@ def validation() -> Dataset:
 
 def choose(runs: list[dict]) -> tuple[float | None, dict]:
     """Apply the rule: return the chosen learning rate (None if none passes) and each candidate's summary."""
-    summary = {}
-    for rate in LEARNING_RATES:
-        mine = [r for r in runs if r["candidate"][0] == rate]
-        gains = [r["gain"] for r in mine]
-        summary[rate] = {
-            "mean_gain": statistics.mean(gains),
-            "min_gain": min(gains),
-            "collapsed": sum(r["reward_last"] < r["reward_first"] - COLLAPSE_MARGIN for r in mine),
-        }
+    summary = {
+        rate: gain_summary([r for r in runs if r["candidate"][0] == rate], COLLAPSE_MARGIN) for rate in LEARNING_RATES
+    }
     passing = [rate for rate, s in summary.items() if s["min_gain"] >= MIN_GAIN and s["collapsed"] == 0]
     if not passing:
         return None, summary

@@ -125,19 +125,24 @@ def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validat
     }
 
 
+def gain_summary(runs: list[dict], collapse_margin: float) -> dict:
+    """Return one candidate's mean and smallest validation gain over its runs, and how many of them collapsed
+    (training reward over the last batches more than `collapse_margin` below the first)."""
+    gains = [r["gain"] for r in runs]
+    collapsed = sum(r["reward_last"] < r["reward_first"] - collapse_margin for r in runs)
+    return {"mean_gain": statistics.mean(gains), "min_gain": min(gains), "collapsed": collapsed}
+
+
 def choose(selection: Round, runs: list[dict]) -> tuple[tuple[float, int] | None, dict]:
     """Apply the rule: return the chosen (learning rate, batches), None if no candidate passes, and each one's
     summary."""
     summary = {}
     for candidate in selection.candidates:
         mine = [r for r in runs if tuple(r["candidate"]) == candidate]
-        gains = [r["gain"] for r in mine]
         shares = [statistics.mean(r["shares"][q] for r in mine) for q in range(4)]
         low_gradient = statistics.mean(r["grad_share_low"] for r in mine)
         summary[candidate] = {
-            "mean_gain": statistics.mean(gains),
-            "min_gain": min(gains),
-            "collapsed": sum(r["reward_last"] < r["reward_first"] - COLLAPSE_MARGIN for r in mine),
+            **gain_summary(mine, COLLAPSE_MARGIN),
             "shares": shares,
             "grad_share_low": low_gradient,
             "regime": all(abs(s - p) <= REGIME_MARGIN for s, p in zip(shares, PAPER_SHARES, strict=True))
