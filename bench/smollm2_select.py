@@ -42,9 +42,10 @@ MEASURES = ("greedy", "avg@8", "pass@8", "cut", "length")
 LOW, HIGH, MAX_CUT, TIE = 10.0, 50.0, 20.0, 3.0  # % avg@8; % of samples cut; points of pass@8 − avg@8
 
 
-def validation_rows(level: int, template: str, count: int = VALIDATION_PROBLEMS) -> list[dict]:
-    """Return `count` training-share problems of `level` that the recipe's training set does not hold (the same
-    first ones for any count)."""
+def validation_rows(level: int, template: str, count: int | None = None) -> list[dict]:
+    """Return `count` (default VALIDATION_PROBLEMS) training-share problems of `level` that the recipe's training
+    set does not hold (the same first ones for any count)."""
+    count = count or VALIDATION_PROBLEMS
     training = {r["problem"] for r in math_records(str(level), test=0, **TRAINING)["train"]}
     drawn = generate_problems(4 * count, level, VALIDATION_SEED, test=False)
     fresh = [p for p in drawn if p.text not in training][:count]
