@@ -2,12 +2,12 @@
 
 Builds the trainer exactly as `lopti train` does (the recipe `--config`, by default lopti/configs/kk-tiny-cpu.yaml
 with its cached warm-started tiny model; `--set key=value` overrides one of its settings, the value read as YAML),
-trains `--batches` generated batches (two passes each with Lopti) per variant, variants alternating over `--rounds`
-(`--packed-only`: the fast path alone), drops each run's first batch (warm-up), and prints the median seconds per
-generated batch of: generation (TRL's `generate`), the old log-prob forward (no gradient), rewards, the rest of
-TRL's scoring (advantages, bookkeeping), the update forwards (with gradient), lopti's loss and metrics, backward,
-and the optimizer step with logging. Also the share of padding in the update batches and of prompt tokens among the
-real ones. One torch thread unless OMP_NUM_THREADS says otherwise.
+trains `--batches` generated batches (num_iterations updates each: two with Lopti) per variant, variants alternating
+over `--rounds` (`--packed-only`: the fast path alone), drops each run's first batch (warm-up), and prints the
+median seconds per generated batch of: generation (TRL's `generate`), the old log-prob forward (no gradient),
+rewards, the rest of TRL's scoring (advantages, bookkeeping), the update forwards (with gradient), lopti's loss and
+metrics, backward, and the optimizer step with logging. Also the share of padding in the update batches and of
+prompt tokens among the real ones. One torch thread unless OMP_NUM_THREADS says otherwise.
 
 Run: python bench/profile_step.py --batches 3 --rounds 2
 SmolLM2-135M's math recipe: python bench/profile_step.py --config configs/math-smollm2-cpu.yaml --packed-only --rounds 1
@@ -60,10 +60,11 @@ def timed(times: dict, label: str, func):
 
 def one_run(config: str, changes: dict, batches: int, cpu_fast_path: bool) -> dict[str, float]:
     """Train `batches` generated batches of the recipe; return median seconds per batch of each component."""
-    passes = 2 if resolve(config, changes).get("lopti") else 1
-    overrides = {**changes, "max_steps": passes * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
+    settings = resolve(config, changes)
+    passes = settings.get("num_iterations", 1)  # updates per generated batch: Lopti's recipes take two
+    settings |= {"max_steps": passes * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
                  "report_to": [], "save_strategy": "no", "evaluate": False, "cpu_fast_path": cpu_fast_path}  # fmt: skip
-    run, trainer_kwargs = split(resolve(config, overrides))
+    run, trainer_kwargs = split(settings)
     trainer = build_trainer(run, trainer_kwargs)
     times = collections.defaultdict(list)
     for name, label in (("_generate_single_turn", "generate"), ("_generate_and_score_completions", "scoring"),
@@ -129,6 +130,8 @@ def main() -> None:
     parser.add_argument("--packed-only", action="store_true", help="profile the fast path alone")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if malformed := [item for item in args.set if "=" not in item]:
+        parser.error(f"--set takes KEY=VALUE, got {malformed[0]!r}")
     changes = {key: read_yaml(value) for key, _, value in (item.partition("=") for item in args.set)}
     variants = (True,) if args.packed_only else (False, True)
     results: dict[bool, list[dict]] = {pack: [] for pack in variants}

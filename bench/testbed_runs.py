@@ -46,7 +46,7 @@ def start_shares(metrics: Path, passes: int = 2) -> tuple[list[float], float]:
     """Return the sampled tokens' shares per π_old quartile and the lowest quartile's share of the gradient (%),
     over the first START_BATCHES generated batches of a run's metrics.jsonl (`passes` updates per batch)."""
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    start = [row for row in rows if "step" in row and (row["step"] - 1) % passes == 0][:START_BATCHES]  # first pass
+    start = [row for row in rows if (row["step"] - 1) % passes == 0][:START_BATCHES]  # first pass
     quartiles = sorted(key for key in start[0] if key.startswith("probs/share_"))
     gradient = quartiles[0].replace("share_", "grad_share_")
     shares = [100 * statistics.mean(row[key] for row in start) for key in quartiles]
