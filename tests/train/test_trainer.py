@@ -23,6 +23,7 @@ COMMON = dict(
     num_generations=4,
     max_completion_length=8,
     learning_rate=1e-2,
+    adam_epsilon=1e-6,
     use_cpu=True,
     bf16=False,
     report_to=[],
@@ -55,8 +56,9 @@ def logged(trainer, key):
 
 # What "trains like GRPOTrainer" means: with TRL's padded forward (cpu_fast_path=False) lopti's objective gives
 # TRL's losses and gradients to the last float bits; the CPU fast path (packed forwards, its sampling loop) gives
-# the same rollouts and the same numbers up to float rounding (Adam, dividing each gradient by its own running
-# scale, carries that rounding into the weights at about 1e-4 here). docs/trainer.md states these tolerances.
+# the same rollouts and the same numbers up to float rounding. Adam divides each gradient by its own running scale,
+# so a weight whose gradient is near zero turns rounding into a full step; COMMON's adam_epsilon of 1e-6 (TRL's
+# default 1e-8) bounds that, leaving about 1e-5 in the weights here. docs/trainer.md states these tolerances.
 EXACT = dict(loss=1e-7, grad_norm=1e-5, weights=1e-5)
 FAST_PATH = dict(loss=1e-6, grad_norm=1e-4, weights=1e-4)
 
