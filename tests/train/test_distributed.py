@@ -10,8 +10,10 @@ import sys
 
 import pytest
 
+# One two-process launch at a time under pytest-xdist: accelerate gives every launch the same port.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 
-@pytest.mark.slow
+
 def test_two_process_cpu_launch(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     command = [

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# One two-process launch at a time under pytest-xdist: accelerate gives every launch the same port.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 
 # The embedded warm start at small sizes: 48 answer tokens let its immediate answers finish, so rewards differ
 # within groups and most steps have a non-zero gradient (a resume that restores nothing would then show)

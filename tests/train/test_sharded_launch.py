@@ -24,7 +24,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-pytestmark = pytest.mark.slow
+# One two-process launch at a time under pytest-xdist: accelerate gives every launch the same port.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("fsdp_on_cpu.py")
