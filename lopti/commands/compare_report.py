@@ -11,12 +11,12 @@ Lopti's phase-1 numbers stay in each run's report.md: the other variants have no
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval
+from lopti.commands.compare_training import metric_curve, shares_table, training_table
 from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.core.methods import parse_method
@@ -53,52 +53,6 @@ def results_table(results: dict[str, Any]) -> str:
         warm = f"{100 * stats['before'][0]:.1f}"
         lines.append(f"| {variant} | {stats['seeds']} | {cells} | {gain} | {warm} |")
     return "\n".join(lines) + "\n"
-
-
-TRAINING_COLUMNS = {  # metric key → column title of the training table
-    "reward": "reward",
-    "quality/correct_pos_all": "correct ratio Â>0",
-    "quality/correct_neg_all": "correct ratio Â<0",
-}
-
-
-def training_table(out: Path, results: dict[str, Any], window: int = 5) -> str:
-    """Return per variant the training reward of the first and the last `window` generated batches and the mean
-    update quality over the run (when logged), mean ± std over seeds.
-
-    The rollouts are sampled at the recipe's temperature, so this shows what RL changed in the policy's own
-    samples even where the greedy held-out accuracy does not move."""
-    spans = {"reward": ("first", "last")}  # the other columns average the whole run
-    rows = []
-    for variant in results["summary"]:
-        passes = 2 if parse_method(variant).lopti else 1
-        runs = [out / "runs" / name for name, run in results["runs"].items() if run["variant"] == variant]
-        cells = []
-        for key in TRAINING_COLUMNS:
-            curves = [_curve(run, key, passes) for run in runs]
-            for span in spans.get(key, ("all",)):
-                if not all(curves):
-                    cells.append("–")
-                    continue
-                values = [statistics.fmean(curve[step] for step in _span(curve, span, window)) for curve in curves]
-                spread = statistics.stdev(values) if len(values) > 1 else 0.0
-                cells.append(f"{statistics.fmean(values):.3f} ± {spread:.3f}")
-        rows.append(f"| {variant} | " + " | ".join(cells) + " |")
-    head = f"| variant | reward, first {window} batches | reward, last {window} batches | "
-    head += " | ".join(title + " (mean)" for key, title in TRAINING_COLUMNS.items() if key != "reward") + " |"
-    return "\n".join([head, "|---" * (len(TRAINING_COLUMNS) + 2) + "|", *rows]) + "\n"
-
-
-def _span(curve: dict[int, float], span: str, window: int) -> list[int]:
-    steps = sorted(curve)
-    return {"first": steps[:window], "last": steps[-window:]}.get(span, steps)
-
-
-def _curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
-    """Return generated batch → the metric's last value logged in it: optimizer step s of a run making
-    `passes` update passes per batch belongs to batch ⌈s / passes⌉."""
-    lines = read_metrics(run_dir / "metrics.jsonl")
-    return {math.ceil(int(m["step"]) / passes): m[key] for m in lines if key in m}
 
 
 def below_warm_start(run: dict[str, Any]) -> bool:
@@ -146,7 +100,7 @@ def threshold_batches(
     over THRESHOLD_WINDOW batches reaches `threshold` (None: never)."""
     passes = 2 if parse_method(variant).lopti else 1
     names = [name for name, run in results["runs"].items() if run["variant"] == variant]
-    curves = [_curve(out / "runs" / name, metric, passes) for name in names]
+    curves = [metric_curve(out / "runs" / name, metric, passes) for name in names]
     return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves if curve]
 
 
@@ -177,28 +131,31 @@ def _sampled_title(sampled: dict[str, dict]) -> str:
     return f"sampled avg@{first['samples']} (T={first['temperature']:g})"
 
 
-def _difference_cells(variant: dict[int, float], base: dict[int, float]) -> tuple[str, str]:
+def _difference_cells(variant: dict[int, float], base: dict[int, float]) -> tuple[str, str, str]:
     paired = paired_difference(variant, base)
     if paired is None:
-        return "– (no common seed)", "–"
+        return "– (no common seed)", "–", "–"
     mean, half = 100 * paired.mean, paired.half_width
     if half is None:
         cell = f"{mean:+.1f} (1 seed)"
     else:
         cell = f"{mean:+.1f} [{mean - 100 * half:+.1f}, {mean + 100 * half:+.1f}]"
         cell += " *" if paired.excludes_zero() else ""
-    return cell, f"{paired.above} / {paired.below} / {paired.equal}"
+    power = "–" if paired.detectable is None else f"±{100 * paired.detectable:.1f}"
+    return cell, f"{paired.above} / {paired.below} / {paired.equal}", power
 
 
 def paired_table(results: dict[str, Any], sampled: dict[str, dict]) -> str:
     """Return per variant its held-out accuracy minus GRPO's, seed by seed on the seeds both finished, in
-    points: mean [95% t-interval], * where the interval excludes 0, and the seeds above / below / equal;
-    for greedy and, when evaluated, sampled accuracy. A study without GRPO gets one line saying so."""
+    points: mean [95% t-interval], * where the interval excludes 0, the seeds above / below / equal, and the
+    smallest difference these seeds would detect at 80% power; for greedy and, when evaluated, sampled accuracy.
+    A study without GRPO gets one line saying so."""
     if BASE not in results["summary"]:
         return f"No `{BASE}` variant in this study, so no paired differences from GRPO.\n"
     decodings = {"greedy": None, **({_sampled_title(sampled): sampled} if sampled else {})}
-    head = "| variant | seeds paired | " + " | ".join(f"{d} − GRPO | above / below / equal" for d in decodings)
-    lines = [head + " |", "|---" * (2 + 2 * len(decodings)) + "|"]
+    head = "| variant | seeds paired | "
+    head += " | ".join(f"{d} − GRPO | above / below / equal | detectable at 80% power" for d in decodings)
+    lines = [head + " |", "|---" * (2 + 3 * len(decodings)) + "|"]
     for variant in results["summary"]:
         if variant == BASE:
             continue
@@ -259,7 +216,7 @@ def _plot_panel(axis: Any, out: Path, results: dict[str, Any], key: str) -> bool
     for variant in results["summary"]:
         passes = 2 if parse_method(variant).lopti else 1
         runs = [name for name, run in results["runs"].items() if run["variant"] == variant]
-        curves = [_curve(out / "runs" / name, key, passes) for name in runs]
+        curves = [metric_curve(out / "runs" / name, key, passes) for name in runs]
         steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         if not steps:
             continue
@@ -319,12 +276,24 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
             "Paired difference from GRPO (same seed, same held-out set), in points; * the 95% interval excludes 0:",
             "",
             paired_table(results, sampled),
+            "- Detectable at 80% power: the smallest true difference a paired t-test of these seeds finds four "
+            "times in five (two-sided, 5%), with the observed spread of the differences taken as the true one: "
+            "(t(0.975, n − 1) + t(0.80, n − 1)) · s / √n. A difference below it can be missed; more seeds shrink it.",
+            "",
             "Training (rollouts sampled at the recipe's temperature): reward of the first and last generated "
             "batches, and the update quality averaged over the run when it was logged (`update_quality_every`: "
             "share of the batch's tokens whose π moved the way their advantage asks, after the update):",
             "",
             training_table(out, results),
         ]
+        shares = shares_table(out, results)
+        if shares:
+            parts += [
+                "Share of the sampled tokens per π_old bucket (`probs/share_*`), first → last generated batch, "
+                "in %, mean over seeds:",
+                "",
+                shares,
+            ]
     if curves:
         parts += [
             "Training rewards (and update quality, when logged) per RL step (moving mean; band = ± std over seeds):",

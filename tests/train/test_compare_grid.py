@@ -8,7 +8,8 @@ import pytest
 from lopti.cli import main
 from lopti.commands import compare
 from lopti.commands import grid as grid_command
-from lopti.commands.compare_report import curve_panels, training_table, write_compare_report
+from lopti.commands.compare_report import curve_panels, write_compare_report
+from lopti.commands.compare_training import shares_table, training_table
 from lopti.commands.grid import parse_grid, write_grid_summary
 
 
@@ -185,3 +186,31 @@ def test_training_table_shows_first_and_last_batches_and_mean_quality(tmp_path):
     # grpo: first two batches 0.15 and 0.35 (mean 0.25, std 0.141), last two 0.95 and 1.15 (mean 1.05)
     assert rows[2] == "| grpo | 0.250 ± 0.141 | 1.050 ± 0.141 | 0.600 ± 0.000 | 0.100 ± 0.141 |"
     assert rows[3] == "| ar | 0.500 ± 0.000 | 0.500 ± 0.000 | – | – |"
+
+
+def test_training_tables_give_the_top_buckets_correct_ratio_and_the_shares_first_and_last(tmp_path):
+    """The top π_old bucket's mean correct ratio (the probe's number) and each bucket's share of the first and
+    last generated batches; a Lopti run's batch is two optimizer steps."""
+    labels = ["[0.00,0.50)", "[0.50,1.00]"]
+    for name, passes, top in (("grpo-s0", 1, 0.5), ("grpo-s1", 1, 0.7), ("lopti-s0", 2, 0.4)):
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        lines = []
+        for batch in (1, 2, 3):
+            step = passes * batch
+            low = 0.1 * batch  # the low bucket's share grows 10, 20, 30%
+            shares = {f"probs/share_{labels[0]}": low, f"probs/share_{labels[1]}": 1 - low}
+            quality = {f"quality/correct_pos_{labels[1]}": top, "quality/correct_pos_all": 0.6}
+            lines.append({"step": step, "reward": 0.5, **shares, **quality})
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    results = {
+        "runs": {name: {"variant": name.split("-")[0]} for name in ("grpo-s0", "grpo-s1", "lopti-s0")},
+        "summary": {"grpo": {}, "lopti": {}},
+    }
+    training = training_table(tmp_path, results, window=1).splitlines()
+    assert training[0].endswith("| correct ratio Â>0, π_old in [0.50,1.00] (mean) |")
+    assert training[2].endswith("| 0.600 ± 0.141 |") and training[3].endswith("| 0.400 ± 0.000 |")
+    shares = shares_table(tmp_path, results).splitlines()
+    assert shares[0] == "| variant | π_old in [0.00,0.50) | π_old in [0.50,1.00] |"
+    assert shares[2:] == ["| grpo | 10.0 → 30.0 | 90.0 → 70.0 |", "| lopti | 10.0 → 30.0 | 90.0 → 70.0 |"]
+    assert shares_table(tmp_path, {"runs": {}, "summary": {}}) is None

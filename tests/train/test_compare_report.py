@@ -9,7 +9,7 @@ import pytest
 
 from lopti.commands import compare
 from lopti.commands.compare_report import write_compare_report
-from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval, t_quantile_975
+from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval, t_quantile
 
 KK_ACCURACY = "rewards/kk_accuracy/mean"
 
@@ -61,10 +61,12 @@ def test_t_interval_is_students_over_the_seeds():
     assert t_interval([0.3]) == (0.3, None)
     values = [0.1 * i for i in range(6)]  # 5 degrees of freedom: t = 2.570582
     assert t_interval(values)[1] == pytest.approx(2.570582 * statistics.stdev(values) / math.sqrt(6), rel=1e-9)
-    assert (t_quantile_975(1), t_quantile_975(30)) == (12.706205, 2.042272)
-    assert t_quantile_975(40) == pytest.approx(2.021075, abs=1e-4) and t_quantile_975(31) < 2.042272
+    assert (t_quantile(0.975, 1), t_quantile(0.975, 30)) == (12.706205, 2.042272)
+    assert t_quantile(0.975, 40) == pytest.approx(2.021075, abs=1e-4) and t_quantile(0.975, 31) < 2.042272
+    assert (t_quantile(0.80, 2), t_quantile(0.80, 30)) == (1.060660, 0.853767)
+    assert t_quantile(0.80, 40) == pytest.approx(0.850700, abs=1e-4)  # t's 0.80 quantile at 40 df: 0.850700
     with pytest.raises(ValueError, match="got 0"):
-        t_quantile_975(0)
+        t_quantile(0.975, 0)
 
 
 def test_paired_differences_use_common_seeds_only_and_count_signs():
@@ -75,10 +77,13 @@ def test_paired_differences_use_common_seeds_only_and_count_signs():
     # differences 0.1, 0, −0.05: mean 0.016667, s 0.076376, 4.302653 · s / √3 = 0.189729
     assert paired.mean == pytest.approx(0.016667, abs=1e-6) and paired.half_width == pytest.approx(0.189729, abs=1e-6)
     assert not paired.excludes_zero()
+    # 80% power: (t(0.975, 2) + t(0.80, 2)) · s / √3 = (4.302653 + 1.060660) · 0.076376 / √3 = 0.236500
+    assert paired.detectable == pytest.approx(0.236500, abs=1e-6)
     clear = paired_difference({0: 0.5, 1: 0.62, 2: 0.61}, {0: 0.4, 1: 0.5, 2: 0.5})
     assert clear.excludes_zero() and (clear.above, clear.below) == (3, 0)
     assert paired_difference({0: 0.5}, {1: 0.5}) is None
-    assert paired_difference({0: 0.5}, {0: 0.4}).half_width is None
+    single = paired_difference({0: 0.5}, {0: 0.4})
+    assert single.half_width is None and single.detectable is None
 
 
 def test_first_batch_reaching_takes_the_moving_mean_over_full_windows():
@@ -113,9 +118,9 @@ def test_results_md_reports_intervals_paired_differences_threshold_and_collapses
     paired = "| variant | seeds paired | greedy − GRPO |"
     # lopti − grpo per seed: +5, +5, +5 points: interval of width 0, excluding 0
     assert row(text, "lopti", paired) == (
-        "| lopti | 3 | +5.0 [+5.0, +5.0] * | 3 / 0 / 0 | +5.0 [+5.0, +5.0] * | 3 / 0 / 0 |"
+        "| lopti | 3 | +5.0 [+5.0, +5.0] * | 3 / 0 / 0 | ±0.0 | +5.0 [+5.0, +5.0] * | 3 / 0 / 0 | ±0.0 |"
     )
-    assert row(text, "ar", paired) == "| ar | 1 | +0.0 (1 seed) | 0 / 0 / 1 | – (no common seed) | – |"
+    assert row(text, "ar", paired) == "| ar | 1 | +0.0 (1 seed) | 0 / 0 / 1 | – | – (no common seed) | – | – |"
     assert "mean of `rewards/kk_accuracy/mean` over it and the 2 logged batches before it" in text
     assert "below its warm start's, or more than 5% of its greedy held-out answers are malformed" in text
 

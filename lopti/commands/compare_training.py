@@ -1,0 +1,105 @@
+"""The training side of a `lopti compare` folder's results.md: what RL did to each variant's own rollouts.
+
+The training table gives the reward of the first and last generated batches and the update quality averaged
+over the run (`update_quality_every`, lopti.train.update_quality), including the top π_old bucket's correct
+ratio, which the probe (lopti.diagnostics) measures on one batch; the shares table gives the token-probability
+shares (`probs/share_*`) of the first and last batch, to show where RL moved the sampled tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lopti.commands.report import read_metrics
+from lopti.core.methods import parse_method
+
+TRAINING_COLUMNS = {  # metric key → column title of the training table, besides the top bucket's
+    "reward": "reward",
+    "quality/correct_pos_all": "correct ratio Â>0",
+    "quality/correct_neg_all": "correct ratio Â<0",
+}
+SHARE_PREFIX = "probs/share_"
+
+
+def metric_curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
+    """Return generated batch → the metric's last value logged in it: optimizer step s of a run making
+    `passes` update passes per batch belongs to batch ⌈s / passes⌉."""
+    lines = read_metrics(run_dir / "metrics.jsonl")
+    return {math.ceil(int(m["step"]) / passes): m[key] for m in lines if key in m}
+
+
+def _variant_curves(out: Path, results: dict[str, Any], variant: str, key: str) -> list[dict[int, float]]:
+    passes = 2 if parse_method(variant).lopti else 1
+    runs = [out / "runs" / name for name, run in results["runs"].items() if run["variant"] == variant]
+    return [metric_curve(run, key, passes) for run in runs]
+
+
+def _logged_keys(out: Path, results: dict[str, Any]) -> set[str]:
+    logs = [read_metrics(out / "runs" / name / "metrics.jsonl") for name in results["runs"]]
+    return {key for log in logs for line in log for key in line}
+
+
+def _buckets(keys: set[str], prefix: str) -> list[str]:
+    """Return the π_old bucket labels logged under `prefix` ("[0.00,0.25)", ...), lowest first, without "all"."""
+    return sorted(key.removeprefix(prefix) for key in keys if key.startswith(prefix) and not key.endswith("_all"))
+
+
+def _span(curve: dict[int, float], span: str, window: int) -> list[int]:
+    steps = sorted(curve)
+    return {"first": steps[:window], "last": steps[-window:]}.get(span, steps)
+
+
+def _mean_std(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {spread:.3f}"
+
+
+def training_table(out: Path, results: dict[str, Any], window: int = 5) -> str:
+    """Return per variant the training reward of the first and the last `window` generated batches and the mean
+    update quality over the run (when logged; the top π_old bucket's correct ratio among positive advantages
+    too), mean ± std over seeds.
+
+    The rollouts are sampled at the recipe's temperature, so this shows what RL changed in the policy's own
+    samples even where the greedy held-out accuracy does not move."""
+    columns = dict(TRAINING_COLUMNS)
+    top = _buckets(_logged_keys(out, results), "quality/correct_pos_")[-1:]
+    columns |= {f"quality/correct_pos_{label}": f"correct ratio Â>0, π_old in {label}" for label in top}
+    spans = {"reward": ("first", "last")}  # the other columns average the whole run
+    rows = []
+    for variant in results["summary"]:
+        cells = []
+        for key in columns:
+            curves = _variant_curves(out, results, variant, key)
+            for span in spans.get(key, ("all",)):
+                if not all(curves):
+                    cells.append("–")
+                    continue
+                cells.append(_mean_std([statistics.fmean(c[step] for step in _span(c, span, window)) for c in curves]))
+        rows.append(f"| {variant} | " + " | ".join(cells) + " |")
+    head = f"| variant | reward, first {window} batches | reward, last {window} batches | "
+    head += " | ".join(title + " (mean)" for key, title in columns.items() if key != "reward") + " |"
+    return "\n".join([head, "|---" * (len(columns) + 2) + "|", *rows]) + "\n"
+
+
+def shares_table(out: Path, results: dict[str, Any]) -> str | None:
+    """Return per variant each π_old bucket's share of the sampled tokens in the first and the last generated
+    batch, in %, mean over seeds; None when no run logged the shares."""
+    labels = _buckets(_logged_keys(out, results), SHARE_PREFIX)
+    if not labels:
+        return None
+    rows = []
+    for variant in results["summary"]:
+        cells = []
+        for label in labels:
+            curves = [c for c in _variant_curves(out, results, variant, SHARE_PREFIX + label) if c]
+            if not curves:
+                cells.append("–")
+                continue
+            first, last = (statistics.fmean(100 * c[pick(c)] for c in curves) for pick in (min, max))
+            cells.append(f"{first:.1f} → {last:.1f}")
+        rows.append(f"| {variant} | " + " | ".join(cells) + " |")
+    head = "| variant | " + " | ".join(f"π_old in {label}" for label in labels) + " |"
+    return "\n".join([head, "|---" * (len(labels) + 1) + "|", *rows]) + "\n"
