@@ -361,7 +361,4 @@ def _train_locked(
             write_report(run_dir, before, after, seconds, method_line(trainer.args))
     if main_process:
         write_model_card(run_dir, run, trainer.args)
-    # each process ends its process group itself: left to interpreter exit, a gloo worker can abort
-    # ("terminate called without an active exception") and fail a launch that trained to the end
-    trainer.accelerator.end_training()
     return run_dir
