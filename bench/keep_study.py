@@ -27,7 +27,7 @@ def keep(study: Path, kept: Path) -> list[Path]:
         raise SystemExit(f"{study}: no compare.json, not a lopti compare folder")
     copied = []
     sources = [study / name for name in STUDY_FILES]
-    for run_dir in sorted((study / "runs").iterdir()):
+    for run_dir in sorted(path for path in (study / "runs").glob("*") if path.is_dir()):  # none before a run starts
         sources += [run_dir / name for name in RUN_FILES]
         sources += [path for pattern in RUN_PATTERNS for path in sorted(run_dir.glob(pattern))]
     for source in sources:

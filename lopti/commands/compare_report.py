@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval
-from lopti.commands.compare_training import metric_curve, shares_table, training_table
+from lopti.commands.compare_training import shares_table, training_table, variant_curves
 from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
-from lopti.core.methods import parse_method
 from lopti.tasks.registry import TaskData, get_task
 
 BASE = "grpo"
@@ -98,9 +97,7 @@ def threshold_batches(
 ) -> list[int | None]:
     """Return per run of the variant that logged `metric` the first generated batch at which its moving mean
     over THRESHOLD_WINDOW batches reaches `threshold` (None: never)."""
-    passes = 2 if parse_method(variant).lopti else 1
-    names = [name for name, run in results["runs"].items() if run["variant"] == variant]
-    curves = [metric_curve(out / "runs" / name, metric, passes) for name in names]
+    curves = variant_curves(out, results, variant, metric)
     return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves if curve]
 
 
@@ -214,9 +211,7 @@ def _plot_panel(axis: Any, out: Path, results: dict[str, Any], key: str) -> bool
     """Draw one metric's mean ± std band per variant on `axis`; return whether anything was drawn."""
     drawn = False
     for variant in results["summary"]:
-        passes = 2 if parse_method(variant).lopti else 1
-        runs = [name for name, run in results["runs"].items() if run["variant"] == variant]
-        curves = [metric_curve(out / "runs" / name, key, passes) for name in runs]
+        curves = variant_curves(out, results, variant, key)
         steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         if not steps:
             continue

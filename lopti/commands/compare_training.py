@@ -31,7 +31,8 @@ def metric_curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
     return {math.ceil(int(m["step"]) / passes): m[key] for m in lines if key in m}
 
 
-def _variant_curves(out: Path, results: dict[str, Any], variant: str, key: str) -> list[dict[int, float]]:
+def variant_curves(out: Path, results: dict[str, Any], variant: str, key: str) -> list[dict[int, float]]:
+    """Return one `metric_curve` of `key` per run of the variant (Lopti and its controls: two passes per batch)."""
     passes = 2 if parse_method(variant).lopti else 1
     runs = [out / "runs" / name for name, run in results["runs"].items() if run["variant"] == variant]
     return [metric_curve(run, key, passes) for run in runs]
@@ -72,7 +73,7 @@ def training_table(out: Path, results: dict[str, Any], window: int = 5) -> str:
     for variant in results["summary"]:
         cells = []
         for key in columns:
-            curves = _variant_curves(out, results, variant, key)
+            curves = variant_curves(out, results, variant, key)
             for span in spans.get(key, ("all",)):
                 if not all(curves):
                     cells.append("–")
@@ -94,7 +95,7 @@ def shares_table(out: Path, results: dict[str, Any]) -> str | None:
     for variant in results["summary"]:
         cells = []
         for label in labels:
-            curves = [c for c in _variant_curves(out, results, variant, SHARE_PREFIX + label) if c]
+            curves = [c for c in variant_curves(out, results, variant, SHARE_PREFIX + label) if c]
             if not curves:
                 cells.append("–")
                 continue
