@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval
-from lopti.commands.compare_training import shares_table, training_table, variant_curves
+from lopti.commands.compare_training import quality_paired_table, shares_table, training_table, variant_curves
 from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.tasks.registry import TaskData, get_task
@@ -98,7 +98,7 @@ def threshold_batches(
     """Return per run of the variant that logged `metric` the first generated batch at which its moving mean
     over THRESHOLD_WINDOW batches reaches `threshold` (None: never)."""
     curves = variant_curves(out, results, variant, metric)
-    return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves if curve]
+    return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves.values() if curve]
 
 
 def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict], metric: str, threshold: float) -> str:
@@ -211,7 +211,7 @@ def _plot_panel(axis: Any, out: Path, results: dict[str, Any], key: str) -> bool
     """Draw one metric's mean ± std band per variant on `axis`; return whether anything was drawn."""
     drawn = False
     for variant in results["summary"]:
-        curves = variant_curves(out, results, variant, key)
+        curves = list(variant_curves(out, results, variant, key).values())
         steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         if not steps:
             continue
@@ -281,6 +281,14 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
             "",
             training_table(out, results),
         ]
+        quality = quality_paired_table(out, results, BASE)
+        if quality:
+            parts += [
+                "Update quality, paired difference from GRPO (same seed): the run's mean correct ratio among "
+                "positive advantages over its measured batches; * the 95% interval excludes 0:",
+                "",
+                quality,
+            ]
         shares = shares_table(out, results)
         if shares:
             parts += [

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from lopti.commands.compare_stats import paired_difference
 from lopti.commands.report import read_metrics
 from lopti.core.methods import parse_method
 
@@ -31,11 +32,12 @@ def metric_curve(run_dir: Path, key: str, passes: int) -> dict[int, float]:
     return {math.ceil(int(m["step"]) / passes): m[key] for m in lines if key in m}
 
 
-def variant_curves(out: Path, results: dict[str, Any], variant: str, key: str) -> list[dict[int, float]]:
-    """Return one `metric_curve` of `key` per run of the variant (Lopti and its controls: two passes per batch)."""
+def variant_curves(out: Path, results: dict[str, Any], variant: str, key: str) -> dict[str, dict[int, float]]:
+    """Return run name → `metric_curve` of `key` for each run of the variant (Lopti and its controls: two passes
+    per batch)."""
     passes = 2 if parse_method(variant).lopti else 1
-    runs = [out / "runs" / name for name, run in results["runs"].items() if run["variant"] == variant]
-    return [metric_curve(run, key, passes) for run in runs]
+    names = [name for name, run in results["runs"].items() if run["variant"] == variant]
+    return {name: metric_curve(out / "runs" / name, key, passes) for name in names}
 
 
 def _logged_keys(out: Path, results: dict[str, Any]) -> set[str]:
@@ -73,7 +75,7 @@ def training_table(out: Path, results: dict[str, Any], window: int = 5) -> str:
     for variant in results["summary"]:
         cells = []
         for key in columns:
-            curves = variant_curves(out, results, variant, key)
+            curves = list(variant_curves(out, results, variant, key).values())
             for span in spans.get(key, ("all",)):
                 if not all(curves):
                     cells.append("–")
@@ -95,7 +97,7 @@ def shares_table(out: Path, results: dict[str, Any]) -> str | None:
     for variant in results["summary"]:
         cells = []
         for label in labels:
-            curves = [c for c in variant_curves(out, results, variant, SHARE_PREFIX + label) if c]
+            curves = [c for c in variant_curves(out, results, variant, SHARE_PREFIX + label).values() if c]
             if not curves:
                 cells.append("–")
                 continue
@@ -104,3 +106,38 @@ def shares_table(out: Path, results: dict[str, Any]) -> str | None:
         rows.append(f"| {variant} | " + " | ".join(cells) + " |")
     head = "| variant | " + " | ".join(f"π_old in {label}" for label in labels) + " |"
     return "\n".join([head, "|---" * (len(labels) + 1) + "|", *rows]) + "\n"
+
+
+def quality_paired_table(out: Path, results: dict[str, Any], base: str) -> str | None:
+    """Return per variant its update quality minus the base's, seed by seed: the run's mean correct ratio among
+    positive advantages, of the top π_old bucket and of all tokens, mean [95% t-interval] over the seeds both
+    logged it, * where the interval excludes 0; None when no run measured update quality or there is no base.
+
+    The probe (lopti.diagnostics) compares these ratios on one batch; this is the same comparison over the
+    batches a run measured while it trained (`update_quality_every`)."""
+    top = _buckets(_logged_keys(out, results), "quality/correct_pos_")[-1:]
+    if not top or base not in results["summary"]:
+        return None
+    columns = {f"quality/correct_pos_{top[0]}": f"Â>0, π_old in {top[0]}", "quality/correct_pos_all": "Â>0, all"}
+
+    def run_means(variant: str, key: str) -> dict[int, float]:
+        curves = variant_curves(out, results, variant, key)
+        return {results["runs"][name]["seed"]: statistics.fmean(c.values()) for name, c in curves.items() if c}
+
+    rows = []
+    for variant in results["summary"]:
+        if variant == base:
+            continue
+        cells = []
+        for key in columns:
+            paired = paired_difference(run_means(variant, key), run_means(base, key))
+            if paired is None:
+                cells.append("–")
+            elif paired.half_width is None:
+                cells.append(f"{paired.mean:+.3f} (1 seed)")
+            else:
+                low, high = paired.mean - paired.half_width, paired.mean + paired.half_width
+                cells.append(f"{paired.mean:+.3f} [{low:+.3f}, {high:+.3f}]" + (" *" if paired.excludes_zero() else ""))
+        rows.append(f"| {variant} | " + " | ".join(cells) + " |")
+    head = "| variant | " + " | ".join(f"correct ratio {title} − {base.upper()}" for title in columns.values()) + " |"
+    return "\n".join([head, "|---" * (len(columns) + 1) + "|", *rows]) + "\n"

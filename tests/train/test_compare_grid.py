@@ -9,7 +9,7 @@ from lopti.cli import main
 from lopti.commands import compare
 from lopti.commands import grid as grid_command
 from lopti.commands.compare_report import curve_panels, write_compare_report
-from lopti.commands.compare_training import shares_table, training_table
+from lopti.commands.compare_training import quality_paired_table, shares_table, training_table
 from lopti.commands.grid import parse_grid, write_grid_summary
 
 
@@ -214,3 +214,39 @@ def test_training_tables_give_the_top_buckets_correct_ratio_and_the_shares_first
     assert shares[0] == "| variant | π_old in [0.00,0.50) | π_old in [0.50,1.00] |"
     assert shares[2:] == ["| grpo | 10.0 → 30.0 | 90.0 → 70.0 |", "| lopti | 10.0 → 30.0 | 90.0 → 70.0 |"]
     assert shares_table(tmp_path, {"runs": {}, "summary": {}}) is None
+
+
+def test_quality_paired_table_differences_each_seeds_run_mean_from_grpos(tmp_path):
+    """AR's mean correct ratios minus GRPO's on the same seed, with the t-interval over the seeds; a Lopti run's
+    batch is two optimizer steps; a study without the base, or without update quality, has no table."""
+    top_label = "[0.50,1.00]"
+
+    def write(name, passes, tops):
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        lines = [
+            {"step": passes * batch, f"quality/correct_pos_{top_label}": top, "quality/correct_pos_all": 0.6}
+            for batch, top in enumerate(tops, start=1)
+        ]
+        lines.append({"step": passes * len(tops), "reward": 0.5})  # a log without quality counts for nothing
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    runs = {}
+    for seed, grpo_top in enumerate((0.5, 0.7, 0.6)):
+        write(f"grpo-s{seed}", 1, [grpo_top] * 4)
+        ar_top = grpo_top + 0.10 + 0.01 * seed  # AR − GRPO: 0.10, 0.11, 0.12, each run's mean over 4 batches
+        write(f"ar-s{seed}", 1, [ar_top - 0.02, ar_top + 0.02, ar_top - 0.02, ar_top + 0.02])
+        runs |= {f"grpo-s{seed}": {"variant": "grpo", "seed": seed}, f"ar-s{seed}": {"variant": "ar", "seed": seed}}
+    write("lopti-s0", 2, [0.3, 0.5])
+    runs["lopti-s0"] = {"variant": "lopti", "seed": 0}
+    results = {"runs": runs, "summary": {"grpo": {}, "ar": {}, "lopti": {}}}
+    rows = quality_paired_table(tmp_path, results, "grpo").splitlines()
+    assert rows[0] == f"| variant | correct ratio Â>0, π_old in {top_label} − GRPO | correct ratio Â>0, all − GRPO |"
+    # mean 0.11, s 0.01: half-width t(0.975, 2) · 0.01 / √3 = 4.303 · 0.00577 = 0.0248
+    assert rows[2] == "| ar | +0.110 [+0.085, +0.135] * | +0.000 [+0.000, +0.000] |"
+    assert rows[3] == "| lopti | -0.100 (1 seed) | +0.000 (1 seed) |"
+    assert quality_paired_table(tmp_path, {"runs": runs, "summary": {"ar": {}}}, "grpo") is None
+    (tmp_path / "plain" / "runs" / "grpo-s0").mkdir(parents=True)
+    (tmp_path / "plain" / "runs" / "grpo-s0" / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.5}))
+    plain = {"runs": {"grpo-s0": {"variant": "grpo", "seed": 0}}, "summary": {"grpo": {}}}
+    assert quality_paired_table(tmp_path / "plain", plain, "grpo") is None
