@@ -16,9 +16,11 @@ import functools
 import json
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 import yaml
 from transformers import TrainerCallback
 
@@ -42,6 +44,11 @@ from lopti.train.trainer import LoptiGRPOTrainer
 # Prompts per evaluation batch: the CPU fast path's loop drops rows as they end, so long batches cost little
 # more than short ones (docs/performance.md measures the held-out evaluation).
 EVAL_BATCH_SIZE = 256
+
+# How long the processes of a distributed launch wait for each other at its end. An unsharded run's first process
+# evaluates the held-out set alone after training, for as long as that takes, so the wait has no practical bound:
+# a process that dies closes its sockets, which ends the others' wait at once, and the launcher stops them.
+END_WAIT = timedelta(days=7)
 
 
 class MetricsLog(TrainerCallback):
@@ -95,6 +102,25 @@ def save_whole_model(trainer: LoptiGRPOTrainer, folder: Path) -> None:
         trainer.save_model(str(folder))
     else:
         trainer._save(str(folder), state_dict=trainer.accelerator.get_state_dict(trainer.model))
+
+
+def end_wait_group(trainer: LoptiGRPOTrainer) -> dist.ProcessGroup | None:
+    """Return the gloo group the processes of a distributed launch wait on at its end (`end_together`), None in
+    one process. Every process must call this at the same point of the run, as forming a group is a collective."""
+    if trainer.accelerator.num_processes == 1:
+        return None
+    return dist.new_group(backend="gloo", timeout=END_WAIT)
+
+
+def end_together(trainer: LoptiGRPOTrainer, group: dist.ProcessGroup | None) -> None:
+    """Wait until every process of the launch has written its outputs, then end the process group in each.
+
+    Left to interpreter exit, a process's gloo threads can abort it ("terminate called without an active
+    exception") and fail a launch that trained to the end; ending the group while another process still works
+    aborts the same way, so the processes first wait for each other, on a group of their own (`END_WAIT`)."""
+    if group is not None:
+        dist.barrier(group=group)
+    trainer.accelerator.end_training()
 
 
 def drop_metrics_after(path: Path, step: int) -> None:
@@ -327,6 +353,7 @@ def _train_locked(
     started = time.time()
     trainer = build_trainer(run, dict(trainer_kwargs))
     seconds["setup"] = time.time() - started
+    end_group = end_wait_group(trainer)
     main_process = trainer.is_world_process_zero()
     if main_process and not run.resume:
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(settings, sort_keys=True))
@@ -361,4 +388,5 @@ def _train_locked(
             write_report(run_dir, before, after, seconds, method_line(trainer.args))
     if main_process:
         write_model_card(run_dir, run, trainer.args)
+    end_together(trainer, end_group)
     return run_dir
