@@ -9,9 +9,11 @@ import pytest
 from lopti.cli import main
 
 RECIPES = Path(__file__).resolve().parents[2] / "lopti" / "configs"
+# One SmolLM2 run at a time under pytest-xdist: each writes about 2 GB (its final weights, a checkpoint with
+# AdamW's state), and two at once with the rest of the suite can fill a small disk.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2")]
 
 
-@pytest.mark.slow
 def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
     out = tmp_path / "run"
     argv = ["train", "--config", str(RECIPES / "kk-smollm2-cpu.yaml"), "--max_steps", "2", "--save_steps", "2",
@@ -27,7 +29,6 @@ def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
     assert config["num_hidden_layers"] == 30 and "quantization_config" not in config
 
 
-@pytest.mark.slow
 def test_math_smollm2_recipe_trains_measures_update_quality_and_reports(tmp_path):
     out = tmp_path / "run"
     argv = ["train", "--config", str(RECIPES / "math-smollm2-cpu.yaml"), "--max_steps", "3", "--save_steps", "3",
