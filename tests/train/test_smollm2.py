@@ -9,14 +9,14 @@ import pytest
 from lopti.cli import main
 
 RECIPES = Path(__file__).resolve().parents[2] / "lopti" / "configs"
-# One SmolLM2 run at a time under pytest-xdist: each writes about 2 GB (its final weights, a checkpoint with
-# AdamW's state), and two at once with the rest of the suite can fill a small disk.
+# One SmolLM2 run at a time under pytest-xdist, each saving only its final weights (540 MB): a checkpoint adds
+# AdamW's state (1 GB more), and two runs' worth at once with the rest of the suite can fill a small disk.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smollm2")]
 
 
 def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
     out = tmp_path / "run"
-    argv = ["train", "--config", str(RECIPES / "kk-smollm2-cpu.yaml"), "--max_steps", "2", "--save_steps", "2",
+    argv = ["train", "--config", str(RECIPES / "kk-smollm2-cpu.yaml"), "--max_steps", "2", "--save_strategy", "no",
             "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "24",
             "--evaluate", "false",
             "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
@@ -31,7 +31,7 @@ def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
 
 def test_math_smollm2_recipe_trains_measures_update_quality_and_reports(tmp_path):
     out = tmp_path / "run"
-    argv = ["train", "--config", str(RECIPES / "math-smollm2-cpu.yaml"), "--max_steps", "3", "--save_steps", "3",
+    argv = ["train", "--config", str(RECIPES / "math-smollm2-cpu.yaml"), "--max_steps", "3", "--save_strategy", "no",
             "--per_device_train_batch_size", "16", "--num_generations", "4", "--max_completion_length", "64",
             "--update_quality_every", "1", "--train_puzzles", "12", "--eval_puzzles", "4", "--eval_samples", "2",
             "--eval_sampled_prompts", "2", "--eval_max_new_tokens", "64", "--report_to", "[]",
