@@ -3,10 +3,13 @@
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from test_trainer import make  # pytest puts each test folder on sys.path
 
 from lopti.commands.settings import resolve, split
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.trainer import LoptiGRPOTrainer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "lopti" / "configs"
 RECIPES = sorted(CONFIGS.glob("*.yaml"))
@@ -20,6 +23,30 @@ def test_recipe_is_valid(recipe, tmp_path):
     run, trainer_kwargs = split(settings)
     args = LoptiGRPOConfig(**trainer_kwargs)
     assert args.max_steps > 0 and run.model
+
+
+def test_the_tiny_recipes_skip_recomputing_layers_which_changes_no_weight(peaked_model_dir, kk_prompts, tmp_path):
+    # TRL turns gradient checkpointing on by default; the tiny model's recipes turn it off, which spares the
+    # backward a second forward. Recomputing a layer gives the same floats, so training ends on the same weights.
+    for name in ("kk-tiny-cpu.yaml", "kk-tiny-varied-cpu.yaml"):
+        assert yaml.safe_load((CONFIGS / name).read_text())["gradient_checkpointing"] is False, name
+    weights = {}
+    for checkpointing in (True, False):
+        trainer = make(
+            LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path / str(checkpointing),
+            max_steps=4, lopti=True, num_iterations=2, learning_rate=1e-3, gradient_checkpointing=checkpointing,
+        )  # fmt: skip
+        trainer.train()
+        assert trainer.model.is_activation_checkpointing is checkpointing  # the Trainer switches it on in train()
+        weights[checkpointing] = [p.detach().clone() for p in trainer.model.parameters()]
+    assert all(torch.equal(p, q) for p, q in zip(weights[True], weights[False], strict=True))
+    assert any(not torch.equal(p, q) for p, q in zip(weights[True], load_weights(peaked_model_dir), strict=True))
+
+
+def load_weights(folder: Path) -> list[torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    return list(AutoModelForCausalLM.from_pretrained(folder).parameters())
 
 
 def test_paper_recipes_match_paper_section_7():
