@@ -32,16 +32,19 @@ from lopti.errors import (
 )
 
 RECIPES = Path(__file__).parent / "configs"
-DEFAULT_RECIPES = {"kk": RECIPES / "kk-tiny-cpu.yaml", "math": RECIPES / "math-smollm2-cpu.yaml"}
+# `lopti train` with no arguments: the first; `--task kk` the K&K one
+DEFAULT_RECIPES = {"math": RECIPES / "math-smollm2-ar-cpu.yaml", "kk": RECIPES / "kk-tiny-cpu.yaml"}
+DEFAULT_TASK = next(iter(DEFAULT_RECIPES))
 
 
 def _train(args: argparse.Namespace) -> None:
     from lopti.commands.resume import resumed_settings
     from lopti.commands.settings import resolve, split
     from lopti.commands.train_run import train
+    from lopti.train.precision import with_cpu_precision
 
     given = args.settings
-    task = str(given.get("task", "kk"))
+    task = str(given.get("task", DEFAULT_TASK))
     if not args.config and task not in DEFAULT_RECIPES:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(DEFAULT_RECIPES)}")
     config = Path(args.config) if args.config else DEFAULT_RECIPES[task]
@@ -51,6 +54,7 @@ def _train(args: argparse.Namespace) -> None:
         raise UserError("set --output_dir in a distributed launch: each process would name its own timestamped folder")
     settings.setdefault("output_dir", str(Path("runs") / f"{config.stem}-{time.strftime('%Y%m%d-%H%M%S')}"))
     args.folder = settings["output_dir"]
+    settings = with_cpu_precision(settings)
     run, trainer_kwargs = split(settings)
     run_dir = train(run, trainer_kwargs, settings)
     if os.environ.get("RANK", "0") == "0":
@@ -94,7 +98,7 @@ def _compare(args: argparse.Namespace) -> None:
 
     study = make_settings(CompareConfig, args.settings)
     overrides = {k: v for k, v in args.settings.items() if k not in CompareConfig.__dataclass_fields__}
-    config = Path(study.config) if study.config else DEFAULT_RECIPES["kk"]
+    config = Path(study.config) if study.config else DEFAULT_RECIPES[DEFAULT_TASK]
     out = args.folder = check_output_folder(study.out or Path("results") / config.stem, "--out")
     print(run_study(config, overrides, study, out, args.argv))
     print(f"results folder: {out}")

@@ -244,7 +244,10 @@ def held_out_eval(
     fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path) and not is_sharded(trainer)
 
     def compute() -> tuple[dict, dict | None]:
-        with fast_generation(model) if fast else contextlib.nullcontext():
+        # sampled answers from the model's distribution, not from generate's random numbers (which draw an Exp(1)
+        # number per vocabulary entry per row and step: as long as the forward for a large vocabulary)
+        weights = trainer.generation_weights(model)
+        with fast_generation(model, weights, same_draws=False) if fast else contextlib.nullcontext():
             greedy = evaluate(rows=rows)
             return greedy, evaluate(
                 rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature

@@ -16,7 +16,7 @@ the argmax over the rows still sampling consumes the same random numbers in the 
 processors are the objects generate built, applied as generate applies them; the loop runs only with the
 row-wise ones TRL's sampling settings create (temperature, top-k, top-p, min-p; not the repetition penalty),
 stops only at the end-of-sequence tokens and the maximum length, and needs a full-attention dynamic cache and
-left padding. Anything else runs generate's own loop.
+left padding (after a prefix all rows share, see `packing.prefix_first`). Anything else runs generate's own loop.
 
 During the loop the model's sdpa attention runs its single-query steps through `single_query_attention`
 (`matmul_decode_attention` switches it on for the loop only), which reads the keys and values of a prompt that
@@ -134,6 +134,15 @@ def draw_like_multinomial(probs: torch.Tensor, rows: torch.Tensor, all_rows: int
     as multinomial draws it, so the random numbers consumed are the same."""
     noise = torch.empty((all_rows, probs.size(-1)), dtype=probs.dtype, device=probs.device).exponential_()
     return (probs / noise[rows]).argmax(dim=-1)
+
+
+def draw_by_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+    """Return one token per row of `probs` (rows, vocabulary), sampled with one uniform number per row: the first
+    token whose cumulative probability exceeds it. The distribution is multinomial's, at a fraction of its cost:
+    multinomial draws an Exp(1) number for every entry of the vocabulary, of every row, at every step."""
+    cumulative = probs.cumsum(dim=-1)
+    uniform = torch.rand(len(probs), 1, dtype=cumulative.dtype, device=cumulative.device) * cumulative[:, -1:]
+    return torch.searchsorted(cumulative, uniform, right=True).clamp(max=probs.size(-1) - 1).squeeze(-1)
 
 
 @functools.cache
@@ -281,7 +290,21 @@ def matmul_decode_attention(model) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
-def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, generation_config, streamer) -> bool:
+def padded_before_the_end(mask: torch.Tensor) -> bool:
+    """Return True when every row ends on a real token and has at most one run of padding: left padding, or a
+    shared prefix, padding, then the row's own tokens (`packing.prefix_first`). Right padding would put the new
+    tokens after padding, which generate's positions do not follow."""
+    return bool(mask[:, -1].all()) and bool(((mask[:, :-1] > mask[:, 1:]).sum(dim=1) <= 1).all())
+
+
+def common_columns(tokens: torch.Tensor) -> int:
+    """Return how many leading columns hold the same token in every row (padding written as -1 never counts)."""
+    same = (tokens == tokens[:1]).all(dim=0) & (tokens[0] >= 0)
+    return len(same) if same.all() else int((~same).int().argmax())
+
+
+def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, generation_config, streamer,
+                  same_draws: bool) -> bool:  # fmt: skip
     """Return True when `sample_unfinished_rows` reproduces what generate's own sampling loop would do."""
     mask = model_kwargs.get("attention_mask")
     cache = model_kwargs.get("cache")
@@ -292,27 +315,35 @@ def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, gener
         and set(model_kwargs) <= MODEL_INPUTS
         and model_kwargs.get("use_cache") is not False
         and mask is not None
-        and bool((mask[:, 1:] >= mask[:, :-1]).all())  # left padding: positions follow from the mask
+        and padded_before_the_end(mask)  # positions follow from the mask
         and isinstance(cache, Cache)
         and all(type(layer) in (DynamicLayer, PreallocatedLayer) for layer in cache.layers)  # rows selectable
         and all(type(processor) in ROW_WISE_PROCESSORS for processor in logits_processor)
         and all(type(criterion) in (EosTokenCriteria, MaxLengthCriteria) for criterion in stopping_criteria)
         and any(type(criterion) is MaxLengthCriteria for criterion in stopping_criteria)
-        and (generation_config.get_generation_mode() == GenerationMode.GREEDY_SEARCH or draws_like_multinomial())
+        and (
+            generation_config.get_generation_mode() == GenerationMode.GREEDY_SEARCH
+            or not same_draws
+            or draws_like_multinomial()
+        )
     )
 
 
 def sample_unfinished_rows(
     model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, streamer=None,
-    **model_kwargs,
+    same_draws: bool = True, **model_kwargs,
 ):  # fmt: skip
     """Return what `generate` returns for multinomial sampling or greedy decoding: `input_ids` followed by the
     chosen tokens, rows that ended early padded; runs the forwards of each step on the rows still decoding only.
 
-    A `custom_generate` decoding method for `GenerationMixin.generate`; where it cannot reproduce generate's loop
-    (`_loop_applies`), runs that loop instead.
+    With `same_draws` a sampled token is the one generate's multinomial draws from the same random numbers
+    (`draw_like_multinomial`); without, it comes from the same distribution by one uniform number per row
+    (`draw_by_inverse_cdf`), much cheaper for a large vocabulary. A `custom_generate` decoding method for
+    `GenerationMixin.generate`; where it cannot reproduce generate's loop (`_loop_applies`), runs that loop instead.
     """
-    if synced_gpus or not _loop_applies(model_kwargs, logits_processor, stopping_criteria, generation_config, streamer):
+    if synced_gpus or not _loop_applies(
+        model_kwargs, logits_processor, stopping_criteria, generation_config, streamer, same_draws
+    ):
         own_loop = getattr(type(model), GENERATION_MODES_MAPPING[generation_config.get_generation_mode()])
         return own_loop(
             model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
@@ -340,6 +371,10 @@ def sample_unfinished_rows(
         prompts = input_ids[:, :past].masked_fill(mask[:, :past] == 0, -1)
         prompt_of_row = torch.unique(prompts, dim=0, return_inverse=True)[1]
         shared = SharedPrompt.of(cache, prompt_of_row, past)
+        prefix = common_columns(prompts)
+        if shared is None and prefix:  # distinct prompts that start alike (`packing.prefix_first`): one group
+            prompt_of_row = torch.zeros_like(prompt_of_row)
+            shared = SharedPrompt.of(cache, prompt_of_row, prefix)
     with matmul_decode_attention(model):
         for _ in range(steps):
             logits = model(
@@ -347,7 +382,12 @@ def sample_unfinished_rows(
                 use_cache=True, logits_to_keep=1, shared_prompt=shared,
             ).logits[:, -1].to(copy=True, dtype=torch.float32)  # fmt: skip
             scores = logits_processor(sequences[rows, :length], logits)
-            tokens = scores.argmax(-1) if greedy else draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
+            if greedy:
+                tokens = scores.argmax(-1)
+            elif same_draws:
+                tokens = draw_like_multinomial(torch.softmax(scores, dim=-1), rows, batch)
+            else:
+                tokens = draw_by_inverse_cdf(torch.softmax(scores, dim=-1))
             sequences[rows[live], length] = tokens[live]  # an ended row keeps the padding after its end
             length += 1
             if end_tokens is not None:

@@ -26,6 +26,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.generation import GenerationMode
 
 from lopti.train import packing
+from lopti.train.precision import LowPrecisionCopy
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class CpuFastPath:
     _micro_batch: dict[str, Any] | None = None
     # Why it left calls to TRL, each logged once.
     _fast_path_notes: frozenset[str] = frozenset()
+    # The bf16 copy of the weights that generation runs on under `bf16` (`generation_weights`).
+    _bf16_weights: LowPrecisionCopy | None = None
 
     def _fast_path_applies(self, model: torch.nn.Module, device: torch.device, problem: str | None = None) -> bool:
         """Return True where the fast path runs; where it was asked for but cannot (`model_problem`, or the caller's
@@ -150,7 +153,7 @@ class CpuFastPath:
         with self.accelerator.autocast():
             packed = packing.packed_log_probs(
                 model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
-                batch_size or len(input_ids),
+                batch_size or len(input_ids), self.temperature,
             )  # fmt: skip
         return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
 
@@ -162,8 +165,17 @@ class CpuFastPath:
         problem = "images in the prompts" if images_given else self._generation_problem()
         if not self._fast_path_applies(model, self.accelerator.device, problem):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        with packing.fast_generation(model):  # TRL calls model.generate(...)
+        with packing.fast_generation(model, self.generation_weights(model)):  # TRL calls model.generate(...)
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+
+    def generation_weights(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Return the model to generate with: under TRL's `bf16` a bf16 copy of `model`'s current weights (the
+        update runs under autocast; see lopti/train/precision.py), else `model` itself."""
+        if not self.args.bf16:
+            return model
+        if self._bf16_weights is None:
+            self._bf16_weights = LowPrecisionCopy(torch.bfloat16)
+        return self._bf16_weights.of(model)
 
     def _generation_problem(self) -> str | None:
         config = getattr(self, "generation_config", None)  # TRL's, for transformers' generate (None with vLLM)

@@ -21,11 +21,14 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import DynamicCache
 
-from lopti.core.packing import pack_shared_prompts, unpack
+from lopti.core.packing import IGNORED, pack_shared_prompts, unpack
 from lopti.train.decode import sample_unfinished_rows, sampling_cache
 
 # The most answer positions preallocated ahead (the longest budget of the shipped recipes); longer generations grow.
 PREALLOCATED_STEPS = 4096
+# The fewest leading tokens shared by every row for the prefill to run them once for all rows: below it the extra
+# forward costs more than it saves.
+SHARED_PREFIX_MIN = 16
 
 
 def packed_log_probs(
@@ -35,12 +38,16 @@ def packed_log_probs(
     completion_length: int,
     pad_token_id: int,
     chunk_rows: int,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
-    """Return (log-probs, entropies, log Σ p²) of the completion tokens, as TRL's fused LM head gives them for
-    the padded rows, computed with each prompt once per chunk of `chunk_rows` rows; None if no chunk packs.
+    """Return (log-probs, entropies, log Σ p²) of the completion tokens at `temperature`, as TRL's fused LM head
+    gives them for the padded rows, computed with each prompt once per chunk of `chunk_rows` rows; None if no chunk
+    packs.
 
-    `model` must carry TRL's fused LM head (`add_fused_lm_head`); entropies and log Σ p² are None where the
-    head does not compute them.
+    The model's own forward gives the logits (its LM head in the autocast dtype, softcapping and scales included),
+    which are read at the completion positions only. TRL's fused head would avoid holding them, at a cost the CPU
+    pays in full: without Triton it scores every position, prompts and padding too, and accumulates its gradient in
+    fp32 products; the completions' logits of a CPU batch take a few hundred MB.
     """
     chunks = []
     for start in range(0, input_ids.size(0), chunk_rows):
@@ -53,16 +60,32 @@ def packed_log_probs(
         chunks.append((packed, len(ids)))
     outputs = []
     for packed, rows in chunks:
-        result = model(
+        logits = model(
             input_ids=packed.input_ids,
             attention_mask=packed.attention_mask,
             position_ids=packed.position_ids,
-            shift_labels=packed.shift_labels,
-            fused_lm_head=True,
-        )
-        fields = (result.log_probs, result.entropy, getattr(result, "log_sum_sq_probs", None))
-        outputs.append([unpack(values, packed, rows, completion_length) for values in fields])
-    return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*outputs, strict=True))
+            use_cache=False,
+        ).logits
+        scored = packed.shift_labels != IGNORED
+        fields = token_statistics(logits[scored], packed.shift_labels[scored], temperature)
+        outputs.append(
+            [unpack(logits.new_zeros(scored.shape, dtype=values.dtype).masked_scatter(scored, values), packed, rows,
+                    completion_length) for values in fields]
+        )  # fmt: skip
+    return tuple(torch.cat(parts) for parts in zip(*outputs, strict=True))
+
+
+def token_statistics(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return (log π(token), entropy, log Σ p²) per row of `logits` (tokens, vocabulary) divided by `temperature`,
+    in fp32; log Σ p² carries no gradient (it is a measurement: lopti.core.bound)."""
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).sum(dim=-1)
+    with torch.no_grad():
+        log_sum_sq = torch.logsumexp(2 * log_probs, dim=-1)
+    return log_probs.gather(-1, tokens[:, None]).squeeze(-1), entropy, log_sum_sq
 
 
 def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool) -> bool:
@@ -77,10 +100,14 @@ def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool)
 
 
 @contextlib.contextmanager
-def fast_generation(model) -> Iterator[None]:
-    """Within the block, `model.generate(...)` is `shared_prefill_generate(model, ...)`: the same tokens, each
-    distinct prompt's prefill once and ended rows left out (TRL's rollout and lopti's evaluation call it)."""
-    model.generate = functools.partial(shared_prefill_generate, model)
+def fast_generation(model, weights: torch.nn.Module | None = None, same_draws: bool = True) -> Iterator[None]:
+    """Within the block, `model.generate(...)` is `shared_prefill_generate(weights or model, ...)`: generate's
+    tokens, each shared prefill once and ended rows left out (TRL's rollout and lopti's evaluation call it).
+    `weights` is a copy of the model to generate with instead (`precision.LowPrecisionCopy`); without `same_draws`
+    sampled tokens come from generate's distribution but not its random numbers (`decode.draw_by_inverse_cdf`)."""
+    model.generate = functools.partial(
+        shared_prefill_generate, model if weights is None else weights, same_draws=same_draws
+    )
     try:
         yield
     finally:
@@ -99,14 +126,50 @@ def preallocated_positions(model, prompt_length: int, max_new_tokens: int) -> in
     return min(positions, limit) if isinstance(limit, int) and limit > prompt_length else positions
 
 
-def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
-    """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)`, with each distinct left-padded prompt's
-    prefill run once and its KV cache copied to every row that repeats it, and the sampling loop
-    `decode.sample_unfinished_rows` (ended rows leave the batch; the cache is preallocated for sampling); the
-    tokens are generate's.
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Return how many leading tokens every row of a left-padded batch shares (0 for a single row): the common
+    start of the prompts, such as a system message and a worked example, whose prefill can run once."""
+    if len(input_ids) < 2:
+        return 0
+    lengths = attention_mask.sum(dim=1)
+    shortest = int(lengths.min())
+    if shortest == 0:
+        return 0
+    starts = input_ids.size(1) - lengths  # left padding: each row's first real token
+    columns = starts[:, None] + torch.arange(shortest, device=input_ids.device)
+    real = input_ids.gather(1, columns)  # each row's first `shortest` real tokens
+    differs = (real != real[:1]).any(dim=0)
+    return int(differs.int().argmax()) if differs.any() else shortest
 
-    The prefill uses the position ids generate itself derives from the mask, and the prompt's last token is left
-    to the sampling loop, whose first step then samples from it as generate does.
+
+def prefix_first(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: int) -> tuple[torch.Tensor, ...]:
+    """Return (ids, mask) of a left-padded batch laid out as [shared prefix, padding, the rest of each row]: the
+    same width and tokens, each row's first `prefix` tokens in the first columns, so one cache prefill of them
+    serves every row. Positions still follow from the mask (a row's count of real tokens before each one)."""
+    starts = (input_ids.size(1) - attention_mask.sum(dim=1)).tolist()
+    ids, mask = input_ids.clone(), attention_mask.clone()
+    for row, start in enumerate(starts):
+        if start:
+            ids[row, :prefix] = input_ids[row, start : start + prefix]
+            ids[row, prefix : prefix + start] = input_ids[row, :start]
+            mask[row, :prefix] = 1
+            mask[row, prefix : prefix + start] = 0
+    return ids, mask
+
+
+def shared_prefill_generate(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, same_draws: bool = True, **kwargs
+):  # fmt: skip
+    """Return `model.generate(input_ids=..., attention_mask=..., **kwargs)` with the prefill shared and the sampling
+    loop `decode.sample_unfinished_rows` (ended rows leave the batch; the cache is preallocated for sampling); the
+    tokens are generate's up to float rounding.
+
+    The prefill runs the tokens every row shares (`shared_prefix_length`, at least `SHARED_PREFIX_MIN`) once, then
+    each distinct prompt's rest once, and copies the KV cache to every row that repeats it; with a shared prefix the
+    returned rows hold it in their first columns (`prefix_first`), the completions in the same columns as
+    generate's. The prefill uses the position ids generate itself derives from the mask, and the prompt's last
+    token is left to the sampling loop, whose first step then samples from it as generate does. `same_draws`: see
+    `decode.sample_unfinished_rows`.
     """
     generate = type(model).generate
     if input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
@@ -120,17 +183,29 @@ def shared_prefill_generate(model, input_ids: torch.Tensor, attention_mask: torc
         if config.num_beams in (None, 1) and config.max_new_tokens
         else DynamicCache(config=model.config)
     )
+    prefix = min(shared_prefix_length(input_ids, attention_mask), input_ids.size(1) - 1)
+    if prefix < SHARED_PREFIX_MIN:
+        prefix = 0
+    else:
+        input_ids, attention_mask = prefix_first(input_ids, attention_mask, prefix)
     distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)
-    if len(distinct) < len(input_ids):
+    if prefix or len(distinct) < len(input_ids):
         first = torch.stack([(group_of_row == group).nonzero()[0, 0] for group in range(len(distinct))])
-        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for left padding
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for any padding
         with torch.no_grad():
-            model(
-                input_ids=input_ids[first, :-1], attention_mask=attention_mask[first, :-1],
-                position_ids=positions[first, :-1], cache=cache, use_cache=True, logits_to_keep=1,
-            )  # fmt: skip
+            if prefix:
+                model(
+                    input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix],
+                    position_ids=positions[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1,
+                )  # fmt: skip
+                cache.batch_select_indices(torch.zeros(len(first), dtype=torch.long, device=input_ids.device))
+            if prefix < input_ids.size(1) - 1:
+                model(
+                    input_ids=input_ids[first, prefix:-1], attention_mask=attention_mask[first, :-1],
+                    position_ids=positions[first, prefix:-1], cache=cache, use_cache=True, logits_to_keep=1,
+                )  # fmt: skip
         cache.batch_select_indices(group_of_row)
     return generate(
         model, input_ids=input_ids, attention_mask=attention_mask, cache=cache,
-        custom_generate=sample_unfinished_rows, **kwargs,
+        custom_generate=functools.partial(sample_unfinished_rows, same_draws=same_draws), **kwargs,
     )  # fmt: skip

@@ -1,5 +1,6 @@
 """The CPU fast path's sampling loop (lopti/train/decode.py) against HF generate, token for token."""
 
+import functools
 import types
 
 import pytest
@@ -343,3 +344,77 @@ def test_a_generation_longer_than_the_preallocated_cache_grows_it_and_samples_wh
     model.generation_config.eos_token_id = None
     (expected, _, _), (ours, _, _), _ = both_ways(model, seed=1)
     assert torch.equal(ours, expected)
+
+
+def with_shared_start(ids: torch.Tensor, mask: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (ids, mask) of the same left-padded prompts, each opening with the tokens `start`."""
+    width = ids.size(1) + len(start)
+    out_ids, out_mask = torch.zeros(len(ids), width, dtype=ids.dtype), torch.zeros(len(ids), width, dtype=mask.dtype)
+    for row in range(len(ids)):
+        real = ids[row, mask[row] == 1]
+        full = torch.cat([start, real])
+        out_ids[row, width - len(full) :], out_mask[row, width - len(full) :] = full, 1
+    return out_ids, out_mask
+
+
+@pytest.mark.parametrize("group", [1, 4], ids=["distinct-prompts", "repeated-prompts"])
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
+def test_prompts_with_a_shared_start_prefill_it_once_and_decode_what_generate_decodes(tiny_model_dir, group,
+                                                                                      do_sample):  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    settings = SETTINGS["ends-inside"] if do_sample else dict(max_new_tokens=12, eos_token_id=MANY_ENDS)
+    config = GenerationConfig(do_sample=do_sample, pad_token_id=0, **settings)
+    start = torch.randint(3, model.config.vocab_size, (packing.SHARED_PREFIX_MIN + 5,),
+                          generator=torch.Generator().manual_seed(7))  # fmt: skip
+    lengths = [9, 14, 5, 7, 11, 3] if group == 1 else [9, 14, 5]
+    ids, mask = with_shared_start(*left_padded(model.config.vocab_size, lengths, group, seed=1), start)
+    assert packing.shared_prefix_length(ids, mask) == len(start)
+    expected, _, generate_state = sample(type(model).generate, model, ids, mask, config, seed=1)
+    ours, our_rows, our_state = sample(shared_prefill_generate, model, ids, mask, config, seed=1)
+    width = ids.size(1)
+    assert torch.equal(ours[:, width:], expected[:, width:])  # the same completions
+    assert torch.equal(our_state, generate_state)
+    # the returned prompts hold the shared start first, then each row's padding and its own tokens
+    assert torch.equal(ours[:, : len(start)], start.expand(len(ids), -1))
+    for row in range(len(ids)):
+        assert torch.equal(ours[row, :width][ours[row, :width] != 0], ids[row][mask[row] == 1])
+    # the start's prefill once, then each distinct prompt's rest once, then the sampling steps
+    assert our_rows[:2] == [1, len(torch.unique(ids, dim=0))]
+
+
+def test_a_short_shared_start_is_prefilled_with_each_prompt():
+    ids = torch.tensor([[0, 5, 6, 7, 8], [5, 6, 7, 9, 9]])
+    mask = (ids != 0).long()
+    assert packing.shared_prefix_length(ids, mask) == 3
+    moved_ids, moved_mask = packing.prefix_first(ids, mask, 3)
+    assert moved_ids.tolist() == [[5, 6, 7, 0, 8], [5, 6, 7, 9, 9]]
+    assert moved_mask.tolist() == [[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]]
+    assert decode.padded_before_the_end(moved_mask) and not decode.padded_before_the_end(torch.tensor([[1, 0]]))
+    assert packing.shared_prefix_length(ids[:1], mask[:1]) == 0  # one row shares with nobody
+
+
+def test_inverse_cdf_draws_follow_the_probabilities_and_never_a_zero_one():
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 1.0]]).repeat(20_000, 1)
+    torch.manual_seed(0)
+    tokens = decode.draw_by_inverse_cdf(probs).view(20_000, 2)
+    shares = torch.bincount(tokens[:, 0], minlength=4) / 20_000
+    assert torch.allclose(shares, torch.tensor([0.5, 0.0, 0.3, 0.2]), atol=0.015)  # 4.5 standard errors
+    assert (tokens[:, 1] == 3).all()
+
+
+def test_sampling_by_inverse_cdf_keeps_the_loop_and_with_top_k_1_decodes_greedily(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5], 4, seed=2)
+    greedy = GenerationConfig(do_sample=False, pad_token_id=0, max_new_tokens=24, eos_token_id=MANY_ENDS)
+    expected, _, _ = sample(type(model).generate, model, ids, mask, greedy, seed=2)
+    cheap = functools.partial(shared_prefill_generate, same_draws=False)
+    top_1 = GenerationConfig(do_sample=True, top_k=1, pad_token_id=0, max_new_tokens=24, eos_token_id=MANY_ENDS)
+    ours, our_rows, _ = sample(cheap, model, ids, mask, top_1, seed=2)
+    assert torch.equal(ours, expected)
+    assert our_rows[0] == 3  # the distinct prompts' prefill, then the sampling loop
+    sampled = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    first, _, _ = sample(cheap, model, ids, mask, sampled, seed=5)
+    again, _, _ = sample(cheap, model, ids, mask, sampled, seed=5)
+    assert torch.equal(first, again) and not torch.equal(first, sample(cheap, model, ids, mask, sampled, seed=6)[0])

@@ -1,0 +1,48 @@
+"""Which precision the CPU multiplies fast, and a low-precision copy of a model's weights for generation.
+
+On a CPU with native bfloat16 instructions (AVX-512 BF16 or AMX) a bf16 matrix product runs several times faster
+than an fp32 one; elsewhere bf16 is emulated and slower. `lopti train` therefore picks TRL's `bf16` by the CPU
+(`native_bf16`) unless it is given. With `bf16`, TRL runs the update under autocast; generation (the rollout and
+the held-out evaluation) runs on a bf16 copy of the weights (`LowPrecisionCopy`), as a GPU trainer samples from a
+bf16 engine: autocast would cast every fp32 weight again at each decoded token, which costs what it saves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def native_bf16() -> bool:
+    """Return True when this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX tiles)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def with_cpu_precision(settings: dict[str, Any]) -> dict[str, Any]:
+    """Return `settings` with TRL's `bf16` chosen for a CPU run that leaves it unset: on where the CPU multiplies
+    bf16 natively (`native_bf16`), off elsewhere (TRL's own default, on, would emulate bf16 at a loss). A run that
+    gives `bf16` or `fp16`, or runs on a GPU, keeps its settings and TRL's default."""
+    on_cpu = settings.get("use_cpu") or not torch.cuda.is_available()
+    if not on_cpu or "bf16" in settings or settings.get("fp16"):
+        return settings
+    return {**settings, "bf16": native_bf16()}
+
+
+class LowPrecisionCopy:
+    """A copy of a causal LM in `dtype`, brought up to date with the model's current weights at each `of` call."""
+
+    def __init__(self, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.dtype = dtype
+        self.copy: torch.nn.Module | None = None
+
+    def of(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Return the copy holding `model`'s current weights cast to `dtype` (built on the first call)."""
+        if self.copy is None:
+            self.copy = AutoModelForCausalLM.from_config(model.config, dtype=self.dtype).eval()
+            self.copy.generation_config = model.generation_config
+        with torch.no_grad():
+            self.copy.load_state_dict(model.state_dict())
+        return self.copy
