@@ -189,6 +189,8 @@ def shared_prefill_generate(
     else:
         input_ids, attention_mask = prefix_first(input_ids, attention_mask, prefix)
     distinct, group_of_row = torch.unique(input_ids.masked_fill(attention_mask == 0, -1), dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids):  # no prompt repeats: each row its own group, in its own place
+        group_of_row = torch.arange(len(input_ids), device=input_ids.device)
     if prefix or len(distinct) < len(input_ids):
         first = torch.stack([(group_of_row == group).nonzero()[0, 0] for group in range(len(distinct))])
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # generate's own, for any padding
@@ -204,7 +206,8 @@ def shared_prefill_generate(
                     input_ids=input_ids[first, prefix:-1], attention_mask=attention_mask[first, :-1],
                     position_ids=positions[first, prefix:-1], cache=cache, use_cache=True, logits_to_keep=1,
                 )  # fmt: skip
-        cache.batch_select_indices(group_of_row)
+        if len(distinct) < len(input_ids):
+            cache.batch_select_indices(group_of_row)
     return generate(
         model, input_ids=input_ids, attention_mask=attention_mask, cache=cache,
         custom_generate=functools.partial(sample_unfinished_rows, same_draws=same_draws), **kwargs,
