@@ -4,11 +4,15 @@ gradient share per probability bucket, and the update quality when the run logge
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from lopti.commands.files import write_atomic
 from lopti.diagnostics.plots import plot_update_quality
+from lopti.evaluation.scoring import pass_at_k
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -127,10 +131,101 @@ def pass_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def per_prompt(result: dict[str, Any], measure: str) -> dict[Any, float] | None:
+    """Return {prompt id: value} of one measure of an evaluation's records ("accuracy", "pass@k", "length",
+    "format_error"), or None for an evaluation saved without its records."""
+    records = result.get("records")
+    if not records:
+        return None
+    values = {}
+    for record in records:
+        correct = record["correct"]
+        if measure == "accuracy":
+            values[record["id"]] = sum(correct) / len(correct)
+        elif measure.startswith("pass@"):
+            values[record["id"]] = pass_at_k(len(correct), sum(correct), int(measure[len("pass@") :]))
+        elif measure == "length":
+            values[record["id"]] = sum(record["length"]) / len(record["length"])
+        else:
+            values[record["id"]] = sum(not ok for ok in record["well_formed"]) / len(record["well_formed"])
+    return values
+
+
+def paired_interval(before: dict[Any, float], after: dict[Any, float], level: float = 0.95) -> tuple[float, float]:
+    """Return the `level` normal interval of the mean change after − before over the prompts both evaluated.
+
+    Paired by prompt, so the prompts' own difficulty cancels; with the hundreds of prompts of a held-out set the
+    normal quantile is the Student one to the third decimal.
+    """
+    changes = [after[key] - before[key] for key in before.keys() & after.keys()]
+    half = NormalDist().inv_cdf(0.5 + level / 2) * statistics.stdev(changes) / math.sqrt(len(changes))
+    mean = statistics.fmean(changes)
+    return mean - half, mean + half
+
+
+def policy_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Return the markdown table of what RL did to the policy: sampled accuracy and pass@k, then greedy accuracy,
+    output length and format errors, before → after with the change and its 95% interval paired by prompt."""
+    lines = ["| measure | before | after | change [95% interval] |", "|---|---|---|---|"]
+    rows = []
+    if "sampled" in after:
+        k, temperature, n = (
+            after["sampled"]["samples"],
+            after["sampled"]["temperature"],
+            after["sampled"]["overall"]["n"],
+        )
+        rows += [
+            (f"**sampled accuracy** (avg@{k} at T = {temperature:g}, {n} prompts)", "sampled", "accuracy", "%"),
+            (f"pass@{k} (T = {temperature:g})", "sampled", f"pass@{k}", "%"),
+        ]
+    rows.append((f"greedy accuracy ({after['overall']['n']} prompts)", None, "accuracy", "%"))
+    if "sampled" in after:
+        rows += [("output length, sampled (tokens)", "sampled", "length", ""),
+                 ("format errors, sampled", "sampled", "format_error", "%")]  # fmt: skip
+    rows += [
+        ("output length, greedy (tokens)", None, "length", ""),
+        ("format errors, greedy", None, "format_error", "%"),
+    ]
+    for label, part, measure, unit in rows:
+        old, new = (before[part], after[part]) if part else (before, after)
+        scale = 100 if unit == "%" else 1
+        first, last = scale * old["overall"][measure], scale * new["overall"][measure]
+        pair = per_prompt(old, measure), per_prompt(new, measure)
+        interval = ""
+        if None not in pair and len(pair[0].keys() & pair[1].keys()) > 1:
+            low, high = paired_interval(*pair)
+            interval = f" [{scale * low:+.1f}, {scale * high:+.1f}]"
+        points = " pts" if unit == "%" else ""
+        lines.append(f"| {label} | {first:.1f}{unit} | {last:.1f}{unit} | {last - first:+.1f}{points}{interval} |")
+    return "\n".join(lines)
+
+
+def reward_table(metrics: list[dict[str, Any]], window: int = 3) -> str | None:
+    """Return the training reward of each generated batch with its moving mean, and the mean over the first and the
+    last third of the batches (None if no batch logged a reward)."""
+    rewards = [(m["step"], m["reward"]) for m in metrics if "reward" in m]
+    if not rewards:
+        return None
+    means = moving_mean([reward for _, reward in rewards], window)
+    lines = [f"| step | reward | moving mean ({window}) |", "|---|---|---|"]
+    lines += [f"| {step} | {reward:.3f} | {mean:.3f} |" for (step, reward), mean in zip(rewards, means, strict=True)]
+    third = max(1, len(rewards) // 3)
+    first = statistics.fmean(reward for _, reward in rewards[:third])
+    last = statistics.fmean(reward for _, reward in rewards[-third:])
+    lines += ["", f"Mean reward over the first third of the batches {first:.3f}, over the last third {last:.3f}."]
+    return "\n".join(lines)
+
+
 def write_report(
-    run_dir: Path, before: dict[str, Any], after: dict[str, Any], seconds: dict[str, float], method: str
+    run_dir: Path,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    seconds: dict[str, float],
+    method: str,
+    precision: str = "fp32",
 ) -> Path:
-    """Write report.md (and its PNG curves) in `run_dir`; return its path. `method` names the method and settings."""
+    """Write report.md (and its PNG curves) in `run_dir`; return its path. `method` names the method and settings,
+    `precision` the arithmetic of rollout, update and evaluation."""
     metrics = read_metrics(run_dir / "metrics.jsonl")
     reward_keys = {
         k: k for k in sorted({k for m in metrics for k in m}) if k.startswith("rewards/") and k.endswith("/mean")
@@ -142,11 +237,22 @@ def write_report(
     parts = [
         f"# Run report: {run_dir.name}",
         "",
-        f"Method: {method}.",
+        f"Method: {method}. Precision: {precision}.",
         "",
         f"Wall time: {sum(seconds.values()):.0f} s ({timing}).",
         "",
-        f"## Held-out accuracy (greedy decoding, {after['overall']['n']} prompts never seen in training)",
+        "## What RL did to the policy",
+        "",
+        "Held-out prompts never seen in training. Changes are paired by prompt, with their 95% interval.",
+        "",
+        policy_table(before, after),
+        "",
+    ]
+    rewards = reward_table(metrics)
+    if rewards:
+        parts += ["## Training reward per generated batch", "", rewards, ""]
+    parts += [
+        f"## Held-out accuracy by {after['group']} (greedy decoding, {after['overall']['n']} prompts)",
         "",
         eval_table(before, after),
         "",
@@ -154,7 +260,8 @@ def write_report(
     if "sampled" in after:
         k, temperature = after["sampled"]["samples"], after["sampled"]["temperature"]
         parts += [
-            f"## Held-out accuracy, {k} samples per prompt at T={temperature} (avg@{k}; pass@{k} below)",
+            f"## Held-out accuracy by {after['group']}, {k} samples per prompt at T={temperature} (avg@{k}; pass@{k} "
+            "below)",
             "",
             eval_table(before["sampled"], after["sampled"]),
             "",

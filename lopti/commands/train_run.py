@@ -39,11 +39,13 @@ from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.fast_path import is_sharded
 from lopti.train.packing import fast_generation, packing_applies
+from lopti.train.precision import precision_words
 from lopti.train.trainer import LoptiGRPOTrainer
 
 # Prompts per evaluation batch: the CPU fast path's loop drops rows as they end, so long batches cost little
-# more than short ones (docs/performance.md measures the held-out evaluation).
-EVAL_BATCH_SIZE = 256
+# more than short ones, and each batch pays once for the few rows that run to the budget (docs/performance.md
+# measures the held-out evaluation).
+EVAL_BATCH_SIZE = 512
 
 # How long the processes of a distributed launch wait for each other at its end. An unsharded run's first process
 # evaluates the held-out set alone after training, for as long as that takes, so the wait has no practical bound:
@@ -277,7 +279,8 @@ def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
     settings = {
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
-        "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path,
+        "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path, "bf16": trainer.args.bf16,
+        "sampling": "inverse-cdf",
         "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
     }  # fmt: skip
     return evaluation_key(trainer.lopti_model_path, list(trainer.lopti_eval_rows), settings)
@@ -344,7 +347,8 @@ def _train_locked(
             args = LoptiGRPOConfig(**trainer_kwargs)
             if todo:
                 outputs = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
-                write_report(run_dir, *outputs, seconds, method_line(args))
+                precision = precision_words(args.bf16, args.device.type == "cpu")
+                write_report(run_dir, *outputs, seconds, method_line(args), precision)
             write_model_card(run_dir, run, args)
         print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
         return run_dir
@@ -388,7 +392,8 @@ def _train_locked(
         path = run_dir / "eval_after.json"
         after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
         if main_process:
-            write_report(run_dir, before, after, seconds, method_line(trainer.args))
+            precision = precision_words(trainer.args.bf16, trainer.accelerator.device.type == "cpu")
+            write_report(run_dir, before, after, seconds, method_line(trainer.args), precision)
     if main_process:
         write_model_card(run_dir, run, trainer.args)
     end_together(trainer, end_group)

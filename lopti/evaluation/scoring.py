@@ -128,8 +128,9 @@ def evaluate_rows(
     **limits: Any,
 ) -> dict[str, Any]:
     """Return metrics per value of `group` (e.g. people, level) and overall: `summarise` of `judge_rows` (whose
-    `reward_errors` and `reward_timeout` `limits` take)."""
+    `reward_errors` and `reward_timeout` `limits` take), with the per-prompt records under "records" (for intervals
+    paired by prompt)."""
     records = judge_rows(
         model, tokenizer, rows, judge, group, samples, temperature, max_new_tokens, batch_size, seed, **limits
     )
-    return summarise(records, group, samples, temperature)
+    return summarise(records, group, samples, temperature) | {"records": records}

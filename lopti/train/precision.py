@@ -31,6 +31,16 @@ def with_cpu_precision(settings: dict[str, Any]) -> dict[str, Any]:
     return {**settings, "bf16": native_bf16()}
 
 
+def precision_words(bf16: bool, on_cpu: bool) -> str:
+    """Return how a run's report names its precision: bf16 or fp32, and on the CPU whether bf16 is native there."""
+    if not on_cpu:
+        return "bf16 autocast" if bf16 else "fp32"
+    if bf16:
+        native = "native on this CPU" if native_bf16() else "emulated: this CPU has no native bf16"
+        return f"bf16 (rollout and evaluation on bf16 weights, the update under bf16 autocast; {native})"
+    return "fp32" + (" (this CPU multiplies bf16 natively: `--bf16 true` runs faster)" if native_bf16() else "")
+
+
 class LowPrecisionCopy:
     """A copy of a causal LM in `dtype`, brought up to date with the model's current weights at each `of` call."""
 

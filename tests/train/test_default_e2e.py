@@ -1,5 +1,6 @@
-"""The embedded recipes end to end, shortened (the default and the varied-trace one): the shipped warm start,
-evaluate, RL, evaluate, report; and the build path of any other warm start from an empty cache."""
+"""The tiny model's K&K recipes end to end, shortened (`--task kk` and the varied-trace one): the shipped warm
+start, evaluate, RL, evaluate, report; and the build path of any other warm start from an empty cache. The default
+recipe (SmolLM2 on math) is tests/train/test_smollm2.py's."""
 
 import json
 
@@ -12,7 +13,7 @@ from lopti.models.warmstart import WarmStartConfig
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "recipe", [[], ["--config", str(RECIPES / "kk-tiny-varied-cpu.yaml")]], ids=["default", "varied"]
+    "recipe", [["--task", "kk"], ["--config", str(RECIPES / "kk-tiny-varied-cpu.yaml")]], ids=["kk", "varied"]
 )
 def test_a_shortened_recipe_loads_its_shipped_warm_start_trains_and_reports(tmp_path, monkeypatch, recipe):
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
@@ -39,7 +40,8 @@ def test_a_shortened_recipe_loads_its_shipped_warm_start_trains_and_reports(tmp_
 def test_another_warm_start_is_built_from_an_empty_cache_once(tmp_path, monkeypatch):
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=200, copies=1, answer_puzzles=100))
-    argv = ["train", "--max_steps", "2", "--train_puzzles", "32", "--evaluate", "false", "--report_to", "[]"]
+    argv = ["train", "--task", "kk", "--max_steps", "2", "--train_puzzles", "32", "--evaluate", "false",
+            "--report_to", "[]"]  # fmt: skip
     assert main([*argv, "--output_dir", str(tmp_path / "run")]) == 0
     cache = {p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")}
     tiny = f"tiny-{embedded.warm_start_key('tiny')}-v{embedded.BUILD_VERSION}"
