@@ -1,0 +1,69 @@
+"""What RL changes in a tiny K&K recipe, on its held-out set: how often the model opens an assume-and-check trace,
+and how often it is right with the trace forced, with an immediate answer forced, and left to itself, greedy and
+at T = 1.
+
+The tiny recipes' warm starts choose at their first completion token between answering at once ("</think>") and
+reasoning first ("\\n"). Run on the warm start and on a trained run's final weights, this separates a gain from
+better reasoning (the forced-trace accuracy rises) from a gain from choosing the trace more often (the trace rate
+rises, the forced accuracies do not). The warm start with a forced trace is the baseline RL has to beat.
+
+Run (a few minutes on one core per model):
+  OMP_NUM_THREADS=1 python bench/kk_decomposition.py --config configs/kk-tiny-cpu.yaml --out warm.json
+  OMP_NUM_THREADS=1 python bench/kk_decomposition.py --config configs/kk-tiny-cpu.yaml --model RUN/final --out rl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from warm_start_probe import started_accuracy
+
+from lopti.commands.files import write_atomic
+from lopti.commands.settings import resolve, split
+from lopti.commands.train_run import task_datasets
+from lopti.evaluation.generation import prompt_text
+from lopti.models.loading import resolve_model
+
+
+def decomposition(model, tokenizer, rows: list[dict], samples: int) -> dict[str, float]:
+    """Return the trace rate (greedy choice, and mean probability at T = 1) and the accuracies of each start."""
+    trace, answer = tokenizer("\n")["input_ids"][0], tokenizer.convert_tokens_to_ids("</think>")
+    batch = tokenizer([row["prompt"] for row in rows], return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        first = model(**batch).logits[:, -1].softmax(-1)
+    result = {
+        "trace_rate_greedy": (first[:, trace] > first[:, answer]).float().mean().item(),
+        "trace_probability": first[:, trace].mean().item(),
+    }
+    for name, start in (("unforced", ""), ("forced_trace", "\n"), ("forced_answer", "</think>")):
+        result[f"{name}_greedy"] = started_accuracy(model, tokenizer, rows, start, 0.0, 1)
+        result[f"{name}_t1"] = started_accuracy(model, tokenizer, rows, start, 1.0, samples)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the tiny K&K recipe whose held-out set is used")
+    parser.add_argument("--model", help="a model folder (default: the recipe's warm start)")
+    parser.add_argument("--puzzles", type=int, default=300, help="the first this many held-out puzzles")
+    parser.add_argument("--samples", type=int, default=2, help="samples per puzzle at T = 1")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/kk-decomposition"}))
+    folder = args.model or resolve_model(run.model)
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    rows = [{**row, "prompt": prompt_text(row["prompt"], tokenizer)} for row in list(task_datasets(run)[1])]
+    result = {"config": args.config, "model": str(folder), "puzzles": args.puzzles, "samples": args.samples}
+    result |= decomposition(model, tokenizer, rows[: args.puzzles], args.samples)
+    write_atomic(args.out, json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
