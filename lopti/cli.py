@@ -94,7 +94,7 @@ def _analyze(args: argparse.Namespace) -> None:
 
 def _compare(args: argparse.Namespace) -> None:
     from lopti.commands.command_line import make_settings
-    from lopti.commands.compare import CompareConfig, run_study
+    from lopti.experiments.compare import CompareConfig, run_study
 
     study = make_settings(CompareConfig, args.settings)
     overrides = {k: v for k, v in args.settings.items() if k not in CompareConfig.__dataclass_fields__}
@@ -128,7 +128,7 @@ SETTINGS = {  # each command's settings dataclasses, imported only for that comm
     "train": (RUN, TRAINER),
     "eval": ("lopti.commands.eval_run:EvalConfig",),
     "analyze": ("lopti.diagnostics.analyze:AnalyzeConfig",),
-    "compare": ("lopti.commands.compare:CompareConfig", RUN, TRAINER),
+    "compare": ("lopti.experiments.compare:CompareConfig", RUN, TRAINER),
     "data kk": ("lopti.commands.data:KKData",),
     "data math": ("lopti.commands.data:MathData",),
 }

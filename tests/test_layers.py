@@ -1,6 +1,6 @@
 """The package's layers import one way (the README's Layout section names them):
 
-    core ← tasks ← models, evaluation ← diagnostics ← commands ← cli
+    core ← tasks ← models, evaluation ← diagnostics ← commands ← experiments ← cli
     core ← train (the TRL integration) ← commands;  core, tasks ← integrations (verl)
 
 `errors`, `bounded` and `console` are leaf modules every layer but core may use.
@@ -24,6 +24,8 @@ ALLOWED = {
     "diagnostics": {"core", "tasks", "models", "evaluation", "diagnostics"} | LEAVES,
     "integrations": {"core", "tasks", "integrations"} | LEAVES,
     "commands": {"core", "tasks", "models", "evaluation", "train", "diagnostics", "commands"} | LEAVES,
+    "experiments": {"core", "tasks", "models", "evaluation", "train", "diagnostics", "commands", "experiments"}
+    | LEAVES,
     "errors": set(),
     "bounded": {"errors"},
     "console": {"core", "tasks"},

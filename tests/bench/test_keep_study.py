@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lopti.commands.study import plan_runs
+from lopti.experiments.study import plan_runs
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

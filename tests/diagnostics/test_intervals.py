@@ -1,22 +1,18 @@
-"""The t quantile and the 95% interval over batches, against closed forms."""
+"""The 95% t interval over batches, against closed forms."""
 
 import math
-import statistics
 
 import pytest
 
-from lopti.diagnostics.intervals import interval, paired_differences, t_quantile
+from lopti.diagnostics.intervals import interval, paired_differences
 
 
-def test_t_quantile_matches_closed_forms():
-    # df = 1 is Cauchy: tan(π(p − 1/2)); df = 2: (2p − 1)/√(2p(1 − p)); df → ∞: the normal quantile
-    for p in (0.9, 0.975):
-        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)
-        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-7)
-    assert t_quantile(0.975, 100_000) == pytest.approx(statistics.NormalDist().inv_cdf(0.975), rel=1e-4)
-    assert t_quantile(0.975, 3) > t_quantile(0.975, 7) > t_quantile(0.975, 30)
-    with pytest.raises(ValueError, match=r"0\.5 < p < 1 and df ≥ 1"):
-        t_quantile(0.975, 0)
+def test_the_interval_uses_t_quantiles_that_match_closed_forms():
+    # two values a, b: half-width t(0.975, 1) · |a − b| / 2, with t(p, 1) = tan(π(p − 1/2)) (Cauchy)
+    cell = interval([0.2, 0.4])
+    half = math.tan(math.pi * 0.475) * 0.1
+    assert (cell["low"], cell["high"]) == (pytest.approx(0.3 - half, rel=1e-9), pytest.approx(0.3 + half, rel=1e-9))
+    assert interval([0.5, 0.5, 0.5]) == {"mean": 0.5, "low": 0.5, "high": 0.5, "batches": 3}
 
 
 def test_interval_over_batches():

@@ -1,7 +1,7 @@
 """`lopti compare --jobs`: worker processes give the runs one process gives, and a failing run stops no other.
 
 The runners here are module-level functions: the spawned workers import them from this module, so its
-top-level imports stay light (lopti.commands.study imports TRL, seconds per worker).
+top-level imports stay light (lopti.experiments.study imports TRL, seconds per worker).
 """
 
 import json
@@ -19,8 +19,8 @@ def hash_reward(completions, completion_ids, **kwargs):
 
 def train_with_hash_reward(settings):
     """Train for real with a reward that varies on the tiny model's text (its K&K rewards would all be 0)."""
-    from lopti.commands import study
     from lopti.commands import train_run as run_module
+    from lopti.experiments import study
 
     task_rewards = run_module.task_rewards
     run_module.task_rewards = lambda run, weights, tokenizer=None: ([hash_reward], [1.0])
@@ -43,7 +43,7 @@ def fail_on_seed_one(settings):
 
 @pytest.mark.slow  # about 25 s on 2 busy cores: each worker imports TRL
 def test_two_workers_train_what_one_process_trains(tiny_model_dir, tmp_path):
-    from lopti.commands import compare
+    from lopti.experiments import compare
 
     settings = dict(
         model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=8, eval_puzzles=2,
@@ -73,7 +73,7 @@ def metrics(run_dir):
 
 
 def test_a_failing_worker_lets_the_others_finish(tmp_path, monkeypatch, capsys):
-    from lopti.commands import compare
+    from lopti.experiments import compare
 
     monkeypatch.setattr(compare, "train_settings", fail_on_seed_one)
     out = tmp_path / "study"

@@ -3,7 +3,7 @@
 A variant is any method name of `lopti.core.methods` (`grpo`, `ar`, `lopti`, `ar+lopti`, the token-credit
 presets such as `stapo`, `entropy20`, `clip_cov`, and combinations such as `ar+stapo`), or one of Lopti's
 controls, `grpo2` (two passes per batch on every token) and `lopti_random` (two passes on a random split
-of Lopti's sizes); `lopti.commands.study` builds each run's settings. The base estimator is the recipe's
+of Lopti's sizes); `lopti.experiments.study` builds each run's settings. The base estimator is the recipe's
 (GRPO, or REINFORCE++ with `advantage_estimator: reinforce_pp`). Seeds change the trainer seed (sampling);
 the data and the held-out set stay fixed.
 
@@ -12,8 +12,8 @@ runs/<variant>-s<seed>/ (ordinary run folders: a finished run is skipped, an int
 it trains only the steps it had left and writes only the outputs it lacks), threads.json (the torch
 thread count of each run), results.json (every run's numbers), results.md (mean ± std over seeds per
 group, gain over the base) and curves.png (training curves with ± std bands). `--grid` sweeps a train
-setting over such folders (`lopti.commands.grid`); `--jobs` runs several runs at once
-(`lopti.commands.jobs`).
+setting over such folders (`lopti.experiments.grid`); `--jobs` runs several runs at once
+(`lopti.experiments.jobs`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.files import folder_lock
-from lopti.commands.grid import parse_grid, run_grid
-from lopti.commands.jobs import run_jobs, threads_per_run
 from lopti.commands.settings import resolve
-from lopti.commands.study import STUDY_FILE, check_variants, claim_study, collect, plan_runs, train_settings
 from lopti.core.methods import PAPER_METHODS
+from lopti.experiments.grid import parse_grid, run_grid
+from lopti.experiments.jobs import run_jobs, threads_per_run
+from lopti.experiments.study import STUDY_FILE, check_variants, claim_study, collect, plan_runs, train_settings
 
 
 @dataclass
@@ -106,7 +106,7 @@ def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out
     """Run `lopti compare` (a comparison, or a grid of them with study.grid), write its reports; return its table."""
     import shlex
 
-    from lopti.commands.compare_report import results_table, write_compare_report
+    from lopti.experiments.compare_report import results_table, write_compare_report
 
     command = "lopti compare " + shlex.join(argv)
     if study.grid:

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from lopti.cli import main
-from lopti.commands import compare
-from lopti.commands import grid as grid_command
-from lopti.commands.compare_report import curve_panels, write_compare_report
-from lopti.commands.compare_training import quality_paired_table, shares_table, training_table
-from lopti.commands.grid import parse_grid, write_grid_summary
+from lopti.experiments import compare
+from lopti.experiments import grid as grid_command
+from lopti.experiments.compare_report import curve_panels, write_compare_report
+from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table
+from lopti.experiments.grid import parse_grid, write_grid_summary
 
 
 def evaluation(accuracy, format_error=0.0):
@@ -217,7 +217,7 @@ def test_training_tables_give_the_top_buckets_correct_ratio_and_the_shares_first
 
 
 def test_quality_paired_table_differences_each_seeds_run_mean_from_grpos(tmp_path):
-    """AR's mean correct ratios minus GRPO's on the same seed, with the t-interval over the seeds; a Lopti run's
+    """AR's mean correct ratios minus GRPO's on the same seed, with the interval and p over the seeds; a Lopti run's
     batch is two optimizer steps; a study without the base, or without update quality, has no table."""
     top_label = "[0.50,1.00]"
 
@@ -242,8 +242,9 @@ def test_quality_paired_table_differences_each_seeds_run_mean_from_grpos(tmp_pat
     results = {"runs": runs, "summary": {"grpo": {}, "ar": {}, "lopti": {}}}
     rows = quality_paired_table(tmp_path, results, "grpo").splitlines()
     assert rows[0] == f"| variant | correct ratio Â>0, π_old in {top_label} − GRPO | correct ratio Â>0, all − GRPO |"
-    # mean 0.11, s 0.01: half-width t(0.975, 2) · 0.01 / √3 = 4.303 · 0.00577 = 0.0248
-    assert rows[2] == "| ar | +0.110 [+0.085, +0.135] * | +0.000 [+0.000, +0.000] |"
+    # differences 0.10, 0.11, 0.12: a bootstrap draw of three is all 0.10 (or all 0.12) 1 time in 27 (3.7%), so
+    # the 2.5% and 97.5% quantiles are the ends; all on one side: p = 2 / 2³
+    assert rows[2] == "| ar | +0.110 [+0.100, +0.120], p = 0.250 | +0.000 [+0.000, +0.000], p = 1.000 |"
     assert rows[3] == "| lopti | -0.100 (1 seed) | +0.000 (1 seed) |"
     assert quality_paired_table(tmp_path, {"runs": runs, "summary": {"ar": {}}}, "grpo") is None
     (tmp_path / "plain" / "runs" / "grpo-s0").mkdir(parents=True)

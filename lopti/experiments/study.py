@@ -1,5 +1,5 @@
 """A study of `lopti compare`: its runs (every variant × seed of one base recipe), the folder that holds them,
-and its results. `lopti compare` (`lopti.commands.compare`) runs one study; `--grid` (`lopti.commands.grid`)
+and its results. `lopti compare` (`lopti.experiments.compare`) runs one study; `--grid` (`lopti.experiments.grid`)
 runs one per grid point.
 
 Variants change only the method; a variant is any method name of `lopti.core.methods`, or one of Lopti's
@@ -17,11 +17,11 @@ from typing import Any
 
 from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.files import claim_folder, write_atomic
-from lopti.commands.jobs import Job
 from lopti.commands.settings import split
 from lopti.core.constants import AR_ALPHA_KK  # AR's α when the base recipe has none
 from lopti.core.credit_presets import credit_problems
 from lopti.core.methods import MethodSpec, parse_method
+from lopti.experiments.jobs import Job
 
 STUDY_FILE, THREADS_FILE = "compare.json", "threads.json"
 

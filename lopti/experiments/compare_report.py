@@ -1,6 +1,6 @@
 """results.md and curves.png of a `lopti compare` folder: the paper-style table, what a powered ablation
-needs (95% intervals over seeds, paired differences from GRPO, batches to a training-accuracy threshold,
-collapses; the statistics in lopti.commands.compare_stats) and learning curves.
+needs (95% intervals over seeds, paired differences from GRPO with exact tests, batches to a training-accuracy
+threshold, collapses; the statistics in lopti.experiments.statistics) and learning curves.
 
 curves.png has a row of training-reward panels and, when the runs logged update quality
 (`update_quality_every`, lopti.train.update_quality), a row per quality family (correct ratio and mean
@@ -15,10 +15,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval
-from lopti.commands.compare_training import quality_paired_table, shares_table, training_table, variant_curves
 from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
+from lopti.diagnostics.intervals import interval
+from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
+from lopti.experiments.statistics import ALPHA, first_batch_reaching, fisher_p, holm, paired_difference, smallest_p
 from lopti.tasks.registry import TaskData, get_task
 
 BASE = "grpo"
@@ -77,19 +78,29 @@ def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[st
     return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
 
 
-def _accuracies(results: dict[str, Any], variant: str, sampled: dict[str, dict] | None = None) -> dict[int, float]:
-    """Return seed → held-out accuracy after RL (all groups) of the variant's runs: greedy, or from `sampled`."""
+def _accuracies(
+    results: dict[str, Any], variant: str, sampled: dict[str, dict] | None = None, metric: str = "accuracy"
+) -> dict[int, float]:
+    """Return seed → held-out `metric` after RL (all groups) of the variant's runs: greedy, or from `sampled`."""
     runs = {name: run for name, run in results["runs"].items() if run["variant"] == variant}
     if sampled is None:
-        return {run["seed"]: run["after"]["overall"]["accuracy"] for run in runs.values()}
-    return {run["seed"]: sampled[name]["overall"]["accuracy"] for name, run in runs.items() if name in sampled}
+        return {run["seed"]: run["after"]["overall"][metric] for run in runs.values()}
+    return {run["seed"]: sampled[name]["overall"][metric] for name, run in runs.items() if name in sampled}
+
+
+def _problems(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | None:
+    """Return how many held-out problems the evaluations scored (None when they do not say)."""
+    evaluations = [run["after"] for run in results["runs"].values()] if sampled is None else list(sampled.values())
+    return next((e["overall"]["n"] for e in evaluations if "n" in e["overall"]), None)
 
 
 def _interval_cell(values: list[float]) -> str:
     if not values:
         return "–"
-    mean, half = t_interval([100 * v for v in values])
-    return f"{mean:.1f} (1 seed)" if half is None else f"{mean:.1f} [{mean - half:.1f}, {mean + half:.1f}]"
+    cell = interval([100 * v for v in values])
+    if cell["low"] is None:
+        return f"{cell['mean']:.1f} (1 seed)"
+    return f"{cell['mean']:.1f} [{cell['low']:.1f}, {cell['high']:.1f}]"
 
 
 def threshold_batches(
@@ -128,39 +139,99 @@ def _sampled_title(sampled: dict[str, dict]) -> str:
     return f"sampled avg@{first['samples']} (T={first['temperature']:g})"
 
 
-def _difference_cells(variant: dict[int, float], base: dict[int, float]) -> tuple[str, str, str]:
-    paired = paired_difference(variant, base)
-    if paired is None:
-        return "– (no common seed)", "–", "–"
-    mean, half = 100 * paired.mean, paired.half_width
-    if half is None:
-        cell = f"{mean:+.1f} (1 seed)"
-    else:
-        cell = f"{mean:+.1f} [{mean - 100 * half:+.1f}, {mean + 100 * half:+.1f}]"
-        cell += " *" if paired.excludes_zero() else ""
-    power = "–" if paired.detectable is None else f"±{100 * paired.detectable:.1f}"
-    return cell, f"{paired.above} / {paired.below} / {paired.equal}", power
+def decodings(sampled: dict[str, dict]) -> dict[str, tuple[dict[str, dict] | None, str]]:
+    """Return the held-out scores a study compares: title → (sampled evaluations or None for greedy, metric)."""
+    found = {"greedy accuracy": (None, "accuracy")}
+    if sampled:
+        title = _sampled_title(sampled)
+        found[f"{title} accuracy"] = (sampled, "accuracy")
+        k = next(iter(sampled.values()))["samples"]
+        if all(f"pass@{k}" in e["overall"] for e in sampled.values()) and k > 1:
+            found[f"{title} pass@{k}"] = (sampled, f"pass@{k}")
+    return found
 
 
-def paired_table(results: dict[str, Any], sampled: dict[str, dict]) -> str:
-    """Return per variant its held-out accuracy minus GRPO's, seed by seed on the seeds both finished, in
-    points: mean [95% t-interval], * where the interval excludes 0, the seeds above / below / equal, and the
-    smallest difference these seeds would detect at 80% power; for greedy and, when evaluated, sampled accuracy.
-    A study without GRPO gets one line saying so."""
-    if BASE not in results["summary"]:
+def against_base(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """Return the comparisons of results.md's paired tables: every variant against GRPO."""
+    return [(variant, BASE) for variant in results["summary"] if variant != BASE]
+
+
+def paired_table(
+    results: dict[str, Any],
+    source: dict[str, dict] | None,
+    metric: str = "accuracy",
+    comparisons: list[tuple[str, str]] | None = None,
+) -> str:
+    """Return per comparison (variant, base; default `against_base`) the variant's held-out `metric` minus the
+    base's, seed by seed on the seeds both finished, in points: mean [95% bootstrap interval over seeds and
+    held-out problems], the exact sign-flip p, the p after Holm's correction over the table's rows (one family),
+    the seeds above / below / equal, and the smallest difference these seeds would detect at 80% power. A study
+    without GRPO gets one line saying so."""
+    if comparisons is None and BASE not in results["summary"]:
         return f"No `{BASE}` variant in this study, so no paired differences from GRPO.\n"
-    decodings = {"greedy": None, **({_sampled_title(sampled): sampled} if sampled else {})}
-    head = "| variant | seeds paired | "
-    head += " | ".join(f"{d} − GRPO | above / below / equal | detectable at 80% power" for d in decodings)
-    lines = [head + " |", "|---" * (2 + 3 * len(decodings)) + "|"]
-    for variant in results["summary"]:
-        if variant == BASE:
+    problems = _problems(results, source)
+    scores = {v: _accuracies(results, v, source, metric) for v in results["summary"]}
+    rows = {(v, b): paired_difference(scores[v], scores[b], problems) for v, b in comparisons or against_base(results)}
+    adjusted = dict(zip(rows, holm([None if p is None else p.p_value for p in rows.values()]), strict=True))
+    head = "| comparison | seeds paired | difference [95% interval] | sign-flip p | Holm p | above / below / equal |"
+    lines = [head + " detectable |", "|---" * 7 + "|"]
+    for (variant, base), paired in rows.items():
+        name = f"{variant} − {base}"
+        if paired is None:
+            lines.append(f"| {name} | 0 | – (no common seed) | – | – | – | – |")
             continue
-        cells, seeds = [], len(set(_accuracies(results, variant)) & set(_accuracies(results, BASE)))
-        for source in decodings.values():
-            cells += _difference_cells(_accuracies(results, variant, source), _accuracies(results, BASE, source))
-        lines.append(f"| {variant} | {seeds} | " + " | ".join(cells) + " |")
+        cell = f"{100 * paired.mean:+.1f}"
+        cell += " (1 seed)" if paired.low is None else f" [{100 * paired.low:+.1f}, {100 * paired.high:+.1f}]"
+        power = "–" if paired.detectable is None else f"±{100 * paired.detectable:.1f}"
+        holm_p = f"{adjusted[variant, base]:.3f}" + (" *" if adjusted[variant, base] <= ALPHA else "")
+        signs = f"{paired.above} / {paired.below} / {paired.equal}"
+        lines.append(f"| {name} | {len(paired.seeds)} | {cell} | {paired.p_value:.3f} | {holm_p} | {signs} | {power} |")
     return "\n".join(lines) + "\n"
+
+
+def collapse_table(results: dict[str, Any]) -> str:
+    """Return per variant how many runs collapsed against GRPO's, with Fisher's exact p and Holm's over the rows."""
+    if BASE not in results["summary"]:
+        return ""
+    counts = {}
+    for variant in results["summary"]:
+        runs = [run for run in results["runs"].values() if run["variant"] == variant]
+        counts[variant] = (sum(collapsed(run) for run in runs), len(runs))
+    base_fallen, base_runs = counts.pop(BASE)
+    p_values = {v: fisher_p(fallen, runs, base_fallen, base_runs) for v, (fallen, runs) in counts.items()}
+    adjusted = dict(zip(p_values, holm(list(p_values.values())), strict=True))
+    lines = ["| variant | collapsed | GRPO collapsed | Fisher p | Holm p |", "|---" * 5 + "|"]
+    for variant, (fallen, runs) in counts.items():
+        counted = f"{fallen}/{runs} | {base_fallen}/{base_runs}"
+        lines.append(f"| {variant} | {counted} | {p_values[variant]:.3f} | {adjusted[variant]:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_sections(results: dict[str, Any], sampled: dict[str, dict]) -> list[str]:
+    """Return results.md's paired comparisons: a table per held-out score (each a family for Holm), the
+    collapse counts, and what the tests can and cannot show."""
+    parts = []
+    for title, (source, metric) in decodings(sampled).items():
+        parts += [f"Paired difference from GRPO, {title} (same seed, same held-out set), in points:", ""]
+        parts.append(paired_table(results, source, metric))
+    seeds = max((summary["seeds"] for summary in results["summary"].values()), default=0)
+    parts += [
+        "- Interval: 95% percentile bootstrap that resamples the seeds and the held-out problems (the set's "
+        "sampling error is common to every seed, so it does not average out over them; without per-problem "
+        "records each arm's set is redrawn as a binomial count, which ignores that the arms share problems and "
+        "so errs wide).",
+        "- Sign-flip p: the exact two-sided permutation test of the mean paired difference (all 2ⁿ sign patterns "
+        f"of the n seeds' differences); with n seeds it cannot go below 2 / 2ⁿ ({smallest_p(seeds):.3f} for "
+        f"{seeds}). Holm p: adjusted over this table's rows; * where it is at most {ALPHA:g}.",
+        "- Detectable: the smallest true difference a paired t-test of these seeds finds four times in five "
+        f"(two-sided, {ALPHA:g}), with the observed spread of the differences taken as the true one (noncentral t). "
+        "A difference below it can be missed; the sign-flip test needs at least as much.",
+        "",
+    ]
+    collapses = collapse_table(results)
+    if collapses:
+        parts += ["Collapsed runs against GRPO's (Fisher's exact test, two-sided):", "", collapses]
+    return parts
 
 
 def curve_panels(metric_names: set[str]) -> list[dict[str, str]]:
@@ -268,13 +339,7 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
             f"{COLLAPSE_FORMAT_ERROR:.0%} of its greedy held-out answers are malformed; in brackets, how many runs "
             "each criterion counts.",
             "",
-            "Paired difference from GRPO (same seed, same held-out set), in points; * the 95% interval excludes 0:",
-            "",
-            paired_table(results, sampled),
-            "- Detectable at 80% power: the smallest true difference a paired t-test of these seeds finds four "
-            "times in five (two-sided, 5%), with the observed spread of the differences taken as the true one: "
-            "(t(0.975, n − 1) + t(0.80, n − 1)) · s / √n. A difference below it can be missed; more seeds shrink it.",
-            "",
+            *paired_sections(results, sampled),
             "Training (rollouts sampled at the recipe's temperature): reward of the first and last generated "
             "batches, and the update quality averaged over the run when it was logged (`update_quality_every`: "
             "share of the batch's tokens whose π moved the way their advantage asks, after the update):",
@@ -285,7 +350,7 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
         if quality:
             parts += [
                 "Update quality, paired difference from GRPO (same seed): the run's mean correct ratio among "
-                "positive advantages over its measured batches; * the 95% interval excludes 0:",
+                "positive advantages over its measured batches, [95% bootstrap interval over seeds], sign-flip p:",
                 "",
                 quality,
             ]

@@ -2,14 +2,9 @@
 threshold and collapses, on fabricated run folders (no training)."""
 
 import json
-import math
-import statistics
 
-import pytest
-
-from lopti.commands import compare
-from lopti.commands.compare_report import write_compare_report
-from lopti.commands.compare_stats import first_batch_reaching, paired_difference, t_interval, t_quantile
+from lopti.experiments import compare
+from lopti.experiments.compare_report import write_compare_report
 
 KK_ACCURACY = "rewards/kk_accuracy/mean"
 
@@ -54,45 +49,6 @@ def row(text, variant, table):
     return next(line for line in lines[start:] if line.startswith(f"| {variant} |"))
 
 
-def test_t_interval_is_students_over_the_seeds():
-    mean, half = t_interval([0.1, 0.2, 0.4])
-    # s = √(((−0.1333)² + (−0.0333)² + 0.1667²) / 2) = 0.152753; t(0.975, 2) = 4.302653; 4.302653 · s / √3
-    assert mean == pytest.approx(0.233333, abs=1e-6) and half == pytest.approx(0.379458, abs=1e-6)
-    assert t_interval([0.3]) == (0.3, None)
-    values = [0.1 * i for i in range(6)]  # 5 degrees of freedom: t = 2.570582
-    assert t_interval(values)[1] == pytest.approx(2.570582 * statistics.stdev(values) / math.sqrt(6), rel=1e-9)
-    assert (t_quantile(0.975, 1), t_quantile(0.975, 30)) == (12.706205, 2.042272)
-    assert t_quantile(0.975, 40) == pytest.approx(2.021075, abs=1e-4) and t_quantile(0.975, 31) < 2.042272
-    assert (t_quantile(0.80, 2), t_quantile(0.80, 30)) == (1.060660, 0.853767)
-    assert t_quantile(0.80, 40) == pytest.approx(0.850700, abs=1e-4)  # t's 0.80 quantile at 40 df: 0.850700
-    with pytest.raises(ValueError, match="got 0"):
-        t_quantile(0.975, 0)
-
-
-def test_paired_differences_use_common_seeds_only_and_count_signs():
-    variant = {0: 0.5, 1: 0.4, 2: 0.3, 4: 0.9}
-    base = {0: 0.4, 1: 0.4, 2: 0.35, 3: 0.1}
-    paired = paired_difference(variant, base)
-    assert paired.seeds == [0, 1, 2] and (paired.above, paired.below, paired.equal) == (1, 1, 1)
-    # differences 0.1, 0, −0.05: mean 0.016667, s 0.076376, 4.302653 · s / √3 = 0.189729
-    assert paired.mean == pytest.approx(0.016667, abs=1e-6) and paired.half_width == pytest.approx(0.189729, abs=1e-6)
-    assert not paired.excludes_zero()
-    # 80% power: (t(0.975, 2) + t(0.80, 2)) · s / √3 = (4.302653 + 1.060660) · 0.076376 / √3 = 0.236500
-    assert paired.detectable == pytest.approx(0.236500, abs=1e-6)
-    clear = paired_difference({0: 0.5, 1: 0.62, 2: 0.61}, {0: 0.4, 1: 0.5, 2: 0.5})
-    assert clear.excludes_zero() and (clear.above, clear.below) == (3, 0)
-    assert paired_difference({0: 0.5}, {1: 0.5}) is None
-    single = paired_difference({0: 0.5}, {0: 0.4})
-    assert single.half_width is None and single.detectable is None
-
-
-def test_first_batch_reaching_takes_the_moving_mean_over_full_windows():
-    assert first_batch_reaching({1: 0.9, 2: 0.9, 3: 0.9}, 0.5) == 3  # not before three batches
-    assert first_batch_reaching({1: 0.2, 2: 0.4, 3: 0.6, 4: 0.8}, 0.5) == 4  # 0.4 at batch 3, 0.6 at 4
-    assert first_batch_reaching({1: 0.0, 2: 0.5, 3: 1.0}, 0.5) == 3  # reaching counts
-    assert first_batch_reaching({1: 0.9, 2: 0.1, 3: 0.1, 4: 0.9}, 0.5) is None
-
-
 def test_results_md_reports_intervals_paired_differences_threshold_and_collapses(tmp_path):
     climbing = [0.2, 0.4, 0.6, 0.8]  # moving mean 0.4 at batch 3, 0.6 at batch 4
     runs = {
@@ -115,12 +71,19 @@ def test_results_md_reports_intervals_paired_differences_threshold_and_collapses
     lopti = "| lopti | 3 | 35.0 [10.2, 59.8] | 25.0 [0.2, 49.8] | 4.0 (1/3 never) | 1/3 (0 below, 1 malformed) |"
     assert row(text, "lopti", ablation) == lopti
     assert row(text, "ar", ablation) == "| ar | 1 | 40.0 (1 seed) | – | 3.0 (0/1 never) | 0/1 |"
-    paired = "| variant | seeds paired | greedy − GRPO |"
-    # lopti − grpo per seed: +5, +5, +5 points: interval of width 0, excluding 0
-    assert row(text, "lopti", paired) == (
-        "| lopti | 3 | +5.0 [+5.0, +5.0] * | 3 / 0 / 0 | ±0.0 | +5.0 [+5.0, +5.0] * | 3 / 0 / 0 | ±0.0 |"
-    )
-    assert row(text, "ar", paired) == "| ar | 1 | +0.0 (1 seed) | 0 / 0 / 1 | – | – (no common seed) | – | – |"
+    greedy = "Paired difference from GRPO, greedy accuracy"
+    # lopti − grpo per seed: +5, +5, +5 points; the held-out set's size is unknown here, so the interval is over
+    # seeds only and has width 0; all three on one side: p = 2 / 2³, and Holm over the two rows (0.25 and 1)
+    lopti = "| lopti − grpo | 3 | +5.0 [+5.0, +5.0] | 0.250 | 0.500 | 3 / 0 / 0 | – |"
+    assert row(text, "lopti − grpo", greedy) == lopti
+    assert row(text, "ar − grpo", greedy) == "| ar − grpo | 1 | +0.0 (1 seed) | 1.000 | 1.000 | 0 / 0 / 1 | – |"
+    sampled = "Paired difference from GRPO, sampled avg@4 (T=1) accuracy"
+    lopti = "| lopti − grpo | 3 | +5.0 [+5.0, +5.0] | 0.250 | 0.250 | 3 / 0 / 0 | – |"
+    assert row(text, "lopti − grpo", sampled) == lopti
+    assert row(text, "ar − grpo", sampled) == "| ar − grpo | 0 | – (no common seed) | – | – | – | – |"
+    assert "it cannot go below 2 / 2ⁿ (0.250 for 3)" in text
+    fisher = "Collapsed runs against GRPO's"
+    assert row(text, "lopti", fisher) == "| lopti | 1/3 | 1/3 | 1.000 | 1.000 |"
     assert "mean of `rewards/kk_accuracy/mean` over it and the 2 logged batches before it" in text
     assert "below its warm start's, or more than 5% of its greedy held-out answers are malformed" in text
 

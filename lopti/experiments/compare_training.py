@@ -13,9 +13,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.compare_stats import paired_difference
 from lopti.commands.report import read_metrics
 from lopti.core.methods import parse_method
+from lopti.experiments.statistics import paired_difference
 
 TRAINING_COLUMNS = {  # metric key → column title of the training table, besides the top bucket's
     "reward": "reward",
@@ -110,8 +110,9 @@ def shares_table(out: Path, results: dict[str, Any]) -> str | None:
 
 def quality_paired_table(out: Path, results: dict[str, Any], base: str) -> str | None:
     """Return per variant its update quality minus the base's, seed by seed: the run's mean correct ratio among
-    positive advantages, of the top π_old bucket and of all tokens, mean [95% t-interval] over the seeds both
-    logged it, * where the interval excludes 0; None when no run measured update quality or there is no base.
+    positive advantages, of the top π_old bucket and of all tokens, mean [95% bootstrap interval over seeds] and
+    the exact sign-flip p over the seeds both logged it; None when no run measured update quality or there is
+    no base.
 
     The probe (lopti.diagnostics) compares these ratios on one batch; this is the same comparison over the
     batches a run measured while it trained (`update_quality_every`)."""
@@ -133,11 +134,11 @@ def quality_paired_table(out: Path, results: dict[str, Any], base: str) -> str |
             paired = paired_difference(run_means(variant, key), run_means(base, key))
             if paired is None:
                 cells.append("–")
-            elif paired.half_width is None:
+            elif paired.low is None:
                 cells.append(f"{paired.mean:+.3f} (1 seed)")
             else:
-                low, high = paired.mean - paired.half_width, paired.mean + paired.half_width
-                cells.append(f"{paired.mean:+.3f} [{low:+.3f}, {high:+.3f}]" + (" *" if paired.excludes_zero() else ""))
+                interval = f"[{paired.low:+.3f}, {paired.high:+.3f}]"
+                cells.append(f"{paired.mean:+.3f} {interval}, p = {paired.p_value:.3f}")
         rows.append(f"| {variant} | " + " | ".join(cells) + " |")
     head = "| variant | " + " | ".join(f"correct ratio {title} − {base.upper()}" for title in columns.values()) + " |"
     return "\n".join([head, "|---" * (len(columns) + 1) + "|", *rows]) + "\n"

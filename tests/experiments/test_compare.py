@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from lopti.cli import main
-from lopti.commands import compare
 from lopti.commands import train_run as run_module
-from lopti.commands.study import variant_settings
+from lopti.experiments import compare
+from lopti.experiments.study import variant_settings
 
 
 def hash_reward(completions, completion_ids, **kwargs):

@@ -17,12 +17,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.compare_report import COLLAPSE_FORMAT_ERROR, collapsed, write_compare_report
 from lopti.commands.fields import check_keys, parse_value
 from lopti.commands.files import claim_folder, folder_lock, write_atomic
-from lopti.commands.jobs import run_jobs, threads_per_run
 from lopti.commands.settings import check_run_values, resolve, train_keys
-from lopti.commands.study import GROWABLE, check_variants, claim_study, collect, mean_std, plan_runs, train_settings
+from lopti.experiments.compare_report import COLLAPSE_FORMAT_ERROR, collapsed, write_compare_report
+from lopti.experiments.jobs import run_jobs, threads_per_run
+from lopti.experiments.study import GROWABLE, check_variants, claim_study, collect, mean_std, plan_runs, train_settings
 
 GRID_FILE = "grid.json"
 # set by each variant or by compare itself, so a grid over them would run the same thing at every point
