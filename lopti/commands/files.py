@@ -1,20 +1,23 @@
 """Run-folder safety: one lopti process per folder at a time, files that are either whole or absent, and a
 folder that holds one thing only.
 
-The lock is an OS lock (`flock`) on `.lopti.lock` in the folder, not a pid file: the kernel releases it
-when its holder exits, however it exits (crash, kill -9), so it is never left stale. `claim_folder` is the
+The lock is filelock's `FileLock` on `.lopti.lock` in the folder: an OS lock (`flock` on Linux), not a pid
+file, so the kernel releases it when its holder exits, however it exits (crash, kill -9), and it is never left
+stale. The holder writes its pid into the file only to name itself to a second process. `claim_folder` is the
 one guard of `lopti eval`, `compare` and `compare --grid` against writing into a folder of other settings.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from lopti.errors import UserError
 
@@ -33,24 +36,22 @@ def folder_lock(folder: str | Path) -> Iterator[None]:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ValueError(f"{folder} cannot be a folder: a file is in the way") from None
-    handle = (folder / LOCK_NAME).open("a+")  # "a+": opening must not wipe the holder's pid
+    path = folder / LOCK_NAME
+    lock = FileLock(path, timeout=0)  # no waiting: the second process must stop before it writes anything
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
+        lock.acquire()
+    except Timeout:
+        holder = path.read_text(errors="replace").strip() or "unknown"
         raise ValueError(
             f"{folder} is in use by another lopti process (pid {holder}); wait for it to end or choose another folder"
         ) from None
     try:
-        handle.truncate(0)
-        handle.write(str(os.getpid()))  # only to name the holder in the message above
-        handle.flush()
+        with contextlib.suppress(OSError), path.open("r+") as handle:  # "r+": the lock lives on this file
+            handle.truncate(0)
+            handle.write(str(os.getpid()))
         yield
     finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        lock.release()
 
 
 def write_atomic(path: str | Path, text: str) -> None:

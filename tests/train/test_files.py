@@ -66,6 +66,15 @@ def test_the_lock_dies_with_its_holder(holder):
         assert (folder / ".lopti.lock").read_text() == str(os.getpid())
 
 
+def test_one_writer_within_a_process_too(tmp_path):
+    """A second lock on a held folder fails at once even in the holder's process, and the folder is free after."""
+    held = pytest.raises(ValueError, match=f"in use by another lopti process \\(pid {os.getpid()}\\)")
+    with folder_lock(tmp_path / "run"), held, folder_lock(tmp_path / "run"):
+        pass
+    with folder_lock(tmp_path / "run"):
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lopti.lock"]
+
+
 def test_a_file_in_the_way_is_one_line(tmp_path):
     (tmp_path / "taken").write_text("")
     with (
