@@ -12,8 +12,8 @@ runs/<variant>-s<seed>/ (ordinary run folders: a finished run is skipped, an int
 it trains only the steps it had left and writes only the outputs it lacks), threads.json (the torch
 thread count of each run), results.json (every run's numbers), results.md (mean ± std over seeds per
 group, gain over the base) and curves.png (training curves with ± std bands). `--grid` sweeps a train
-setting over such folders (`lopti.experiments.grid`); `--jobs` runs several runs at once
-(`lopti.experiments.jobs`).
+setting over such folders (`lopti.experiments.grid`); `--jobs` runs several runs at once, on this machine or
+with `--backend ray` across a Ray cluster (`lopti.experiments.jobs`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from lopti.commands.files import folder_lock
 from lopti.commands.settings import resolve
 from lopti.core.methods import PAPER_METHODS
 from lopti.experiments.grid import parse_grid, run_grid
-from lopti.experiments.jobs import run_jobs, threads_per_run
+from lopti.experiments.jobs import BACKENDS, run_jobs, threads_per_run
 from lopti.experiments.study import STUDY_FILE, check_variants, claim_study, collect, plan_runs, train_settings
 
 
@@ -68,6 +68,14 @@ class CompareConfig:
             "min": 1,
         },
     )
+    backend: str = field(
+        default="local",
+        metadata={
+            "help": "Where --jobs runs go: local (worker processes on this machine) or ray (Ray tasks, each reserving "
+            "its thread count in CPUs; a local Ray is started unless RAY_ADDRESS names a cluster).",
+            "choices": BACKENDS,
+        },
+    )
     threads: int = field(
         default=0,
         metadata={
@@ -88,18 +96,19 @@ def run_all(
     jobs: int = 1,
     threads: int = 0,
     runner: Callable[[dict[str, Any]], Any] | None = None,
+    backend: str = "local",
 ) -> None:
     """Train and evaluate every variant × seed in `out`, skipping finished runs and resuming others.
 
     `out` stays locked meanwhile, so a second comparison into it stops at once. `runner` trains one run
-    from its settings (default `train_settings`; with jobs > 1 it must be importable by the workers).
+    from its settings (default `train_settings`; with jobs > 1 or Ray it must be importable by the workers).
     """
     base = resolve(config, overrides)
     check_variants(base, variants)  # bad variants fail before anything is written
     with folder_lock(out):
         claim_study(out, base, variants, seeds)
         pending = plan_runs(out, base, variants, seeds, threads_per_run(jobs, threads))
-        run_jobs(pending, jobs, runner or train_settings)
+        run_jobs(pending, jobs, runner or train_settings, backend)
 
 
 def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out: Path, argv: list[str]) -> str:
@@ -112,7 +121,7 @@ def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out
     if study.grid:
         grid = parse_grid(study.grid, overrides)
         return run_grid(config, overrides, grid, study, out, argv)
-    run_all(config, overrides, study.variants, study.seeds, out, study.jobs, study.threads)
+    run_all(config, overrides, study.variants, study.seeds, out, study.jobs, study.threads, backend=study.backend)
     results = collect(out)
     write_compare_report(out, results, command, json.loads((out / STUDY_FILE).read_text())["base"])
     return results_table(results)

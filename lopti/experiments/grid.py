@@ -87,8 +87,8 @@ def run_grid(
 ) -> str:
     """Run every grid point's comparison in `out` (finished runs skipped), write every report; return grid.md's table.
 
-    `study` is the CompareConfig (variants, seeds, jobs, threads). Every point's settings are checked before
-    anything is written.
+    `study` is the CompareConfig (variants, seeds, jobs, backend, threads). Every point's settings are checked
+    before anything is written.
     """
     points = []
     for values in grid_points(grid):
@@ -105,7 +105,7 @@ def run_grid(
             locks.enter_context(folder_lock(folder))
             claim_study(folder, point_base, study.variants, study.seeds)
             pending += plan_runs(folder, point_base, study.variants, study.seeds, threads, f"{folder.name}/")
-        run_jobs(pending, study.jobs, train_settings)
+        run_jobs(pending, study.jobs, train_settings, study.backend)
         for values, folder, point_base in points:
             write_compare_report(folder, collect(folder), point_command(argv, values, folder), point_base)
         return write_grid_summary(out, "lopti compare " + shlex.join(argv))

@@ -123,15 +123,17 @@ def test_a_study_grows_by_variants_and_seeds_and_keeps_its_runs(tmp_path):
 def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatch, tmp_path, capsys):
     seen = []
 
-    def run_all(config, overrides, variants, seeds, out, jobs, threads):
-        seen.append((config.name, overrides, variants, seeds, out, jobs, threads))
+    def run_all(config, overrides, variants, seeds, out, jobs, threads, backend):
+        seen.append((config.name, overrides, variants, seeds, out, jobs, threads, backend))
         raise ValueError("training replaced by the test")
 
     monkeypatch.setattr(compare, "run_all", run_all)
     argv = ["compare", "--seeds", "3", "--variants", "grpo,ar", "--learning_rate", "0.5", "--lopti", "--jobs", "2"]
-    assert main([*argv, "--out", str(tmp_path / "study")]) == 2
+    assert main([*argv, "--backend", "ray", "--out", str(tmp_path / "study")]) == 2
     overrides = {"learning_rate": 0.5, "lopti": True}
-    assert seen == [("kk-tiny-cpu.yaml", overrides, ["grpo", "ar"], [3], tmp_path / "study", 2, 0)]
+    assert seen == [("kk-tiny-cpu.yaml", overrides, ["grpo", "ar"], [3], tmp_path / "study", 2, 0, "ray")]
+    assert main(["compare", "--backend", "spark"]) == 2
+    assert "spark" in capsys.readouterr().err and not seen[1:]
     assert main(["compare", "--seeds", "0,x"]) == 2
     assert "seeds must be a list of whole numbers (a,b or [a, b]), got '0,x'" in capsys.readouterr().err
 

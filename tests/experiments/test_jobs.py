@@ -1,0 +1,91 @@
+"""A study's runs through each executor (local processes, Ray): every run dispatched once, a failed run resumed
+where it stopped by the next command, finished runs never run again, and no worker left behind.
+
+The run function is a stand-in for training (a few file writes), module-level so the workers import it.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lopti.cli import DEFAULT_RECIPES
+from lopti.errors import TrainingStopped
+from lopti.experiments import compare, study
+from lopti.experiments.jobs import Job, run_jobs
+from lopti.experiments.study import run_name
+
+SEEDS = [0, 1, 2]
+CHECKPOINT = "checkpoint-1"  # stands for a complete checkpoint (see `checkpoints_by_marker`)
+
+
+def interrupted_once(settings):
+    """Record the call in the run folder; seed 1's first call leaves a checkpoint and fails, the others finish."""
+    run_dir = Path(settings["output_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "calls.jsonl").open("a") as calls:
+        calls.write(json.dumps({"resume": settings["resume"], "threads": _torch_threads()}) + "\n")
+    if settings["seed"] == 1 and not settings["resume"]:
+        (run_dir / CHECKPOINT).mkdir()
+        raise RuntimeError("stopped half way")
+    evaluation = {"group": "people", "per_group": {"3": {"accuracy": 0.5}}, "overall": {"accuracy": 0.5, "n": 9}}
+    for name in ("run.json", "eval_before.json", "eval_after.json"):
+        (run_dir / name).write_text(json.dumps(evaluation))
+    (run_dir / "report.md").write_text("report")
+    print(f"trained {run_dir.name}")
+
+
+def _torch_threads():
+    import torch
+
+    return torch.get_num_threads()
+
+
+@pytest.fixture
+def checkpoints_by_marker(monkeypatch):
+    """Planning sees a run's stand-in checkpoint as a complete one."""
+
+    def marked(run_dir, **_):
+        return run_dir / CHECKPOINT if (run_dir / CHECKPOINT).is_dir() else None
+
+    monkeypatch.setattr(study, "last_complete_checkpoint", marked)
+
+
+@pytest.fixture
+def ray_session():
+    """Ray, an optional backend (the verl extra brings it); the study starts a local one, ended here."""
+    ray = pytest.importorskip("ray")
+    yield
+    ray.shutdown()
+
+
+def calls(out, name):
+    return [json.loads(line) for line in (out / "runs" / name / "calls.jsonl").read_text().splitlines()]
+
+
+def run_study_three_times(out, backend):
+    """Run the study, which fails on seed 1; again, which resumes it; and again, which trains nothing."""
+    arguments = (DEFAULT_RECIPES["kk"], {}, ["grpo"], SEEDS, out, 2, 1, interrupted_once, backend)
+    with pytest.raises(TrainingStopped, match=r"1 of 3 runs failed: grpo-s1 \(RuntimeError: stopped half way\)"):
+        compare.run_all(*arguments)
+    assert calls(out, "grpo-s1") == [{"resume": False, "threads": 1}]
+    compare.run_all(*arguments)
+    compare.run_all(*arguments)
+    assert calls(out, "grpo-s0") == calls(out, "grpo-s2") == [{"resume": False, "threads": 1}]
+    assert calls(out, "grpo-s1") == [{"resume": False, "threads": 1}, {"resume": True, "threads": 1}]
+    assert "trained grpo-s1" in (out / "runs" / "grpo-s1" / "train.log").read_text()  # a run's output in its log
+    assert "RuntimeError: stopped half way" in (out / "runs" / "grpo-s1" / "train.log").read_text()
+
+
+def test_local_workers_run_each_run_once_and_resume_the_stopped_one(tmp_path, checkpoints_by_marker):
+    run_study_three_times(tmp_path / "study", "local")
+
+
+def test_ray_tasks_run_each_run_once_and_resume_the_stopped_one(tmp_path, checkpoints_by_marker, ray_session):
+    run_study_three_times(tmp_path / "study", "ray")
+
+
+def test_an_unknown_backend_is_one_line(tmp_path):
+    job = Job(run_name("grpo", 0), {"output_dir": str(tmp_path)}, 1, tmp_path / "train.log")
+    with pytest.raises(ValueError, match="--backend spark: expected one of local, ray"):
+        run_jobs([job], 2, interrupted_once, "spark")
