@@ -29,7 +29,16 @@ from lopti.commands.settings import resolve
 from lopti.core.methods import PAPER_METHODS
 from lopti.experiments.grid import parse_grid, run_grid
 from lopti.experiments.jobs import BACKENDS, run_jobs, threads_per_run
-from lopti.experiments.study import STUDY_FILE, check_variants, claim_study, collect, plan_runs, train_settings
+from lopti.experiments.plan import METRICS, check_registered, register, study_plan
+from lopti.experiments.study import (
+    PLAN_FILE,
+    STUDY_FILE,
+    check_variants,
+    claim_study,
+    collect,
+    plan_runs,
+    train_settings,
+)
 
 
 @dataclass
@@ -76,6 +85,34 @@ class CompareConfig:
             "choices": BACKENDS,
         },
     )
+    register: bool = field(
+        default=False,
+        metadata={
+            "help": "Register the study instead of running it: write OUT/plan.json (variants, seeds, data and "
+            "held-out set, primary comparisons and metric, test, alpha, correction, exclusion and collapse rules) "
+            "with its hash. A later run of a registered study whose plan changed is refused; results.md cites the "
+            "hash."
+        },
+    )
+    primary: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Primary comparisons of a registered study, VARIANT:BASE (lopti:grpo2,lopti:lopti_random); "
+            "none: every variant against grpo. Holm's correction runs over them."
+        },
+    )
+    primary_metric: str = field(
+        default="greedy",
+        metadata={
+            "help": "Held-out score the primary comparisons test: greedy (accuracy), sampled (avg@k accuracy) or "
+            "pass@k (of the sampled evaluation).",
+            "choices": METRICS,
+        },
+    )
+    alpha: float = field(
+        default=0.05,
+        metadata={"help": "Family-wise error level of the primary comparisons (after Holm).", "above": 0, "max": 0.5},
+    )
     threads: int = field(
         default=0,
         metadata={
@@ -97,15 +134,19 @@ def run_all(
     threads: int = 0,
     runner: Callable[[dict[str, Any]], Any] | None = None,
     backend: str = "local",
+    plan: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> None:
     """Train and evaluate every variant × seed in `out`, skipping finished runs and resuming others.
 
     `out` stays locked meanwhile, so a second comparison into it stops at once. `runner` trains one run
     from its settings (default `train_settings`; with jobs > 1 or Ray it must be importable by the workers).
+    `plan` makes the study's plan from its base settings: a folder registered with another plan is refused.
     """
     base = resolve(config, overrides)
     check_variants(base, variants)  # bad variants fail before anything is written
     with folder_lock(out):
+        if plan is not None:
+            check_registered(out, plan(base))
         claim_study(out, base, variants, seeds)
         pending = plan_runs(out, base, variants, seeds, threads_per_run(jobs, threads))
         run_jobs(pending, jobs, runner or train_settings, backend)
@@ -119,9 +160,23 @@ def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out
 
     command = "lopti compare " + shlex.join(argv)
     if study.grid:
+        if study.register:
+            raise ValueError("--register: register each grid point's study on its own (--out OUT/KEY=VALUE)")
         grid = parse_grid(study.grid, overrides)
         return run_grid(config, overrides, grid, study, out, argv)
-    run_all(config, overrides, study.variants, study.seeds, out, study.jobs, study.threads, backend=study.backend)
+
+    def plan(base: dict[str, Any]) -> dict[str, Any]:
+        return study_plan(base, study.variants, study.seeds, study.primary, study.primary_metric, study.alpha)
+
+    if study.register:
+        base = resolve(config, overrides)
+        check_variants(base, study.variants)
+        with folder_lock(out):
+            digest = register(out, plan(base))
+        return f"Registered plan {digest} in {out / PLAN_FILE}; commit it, then run this command without --register."
+    run_all(
+        config, overrides, study.variants, study.seeds, out, study.jobs, study.threads, backend=study.backend, plan=plan
+    )
     results = collect(out)
     write_compare_report(out, results, command, json.loads((out / STUDY_FILE).read_text())["base"])
     return results_table(results)

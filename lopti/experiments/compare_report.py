@@ -19,13 +19,18 @@ from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
-from lopti.experiments.statistics import ALPHA, first_batch_reaching, fisher_p, holm, paired_difference, smallest_p
+from lopti.experiments.paired_tables import paired_sections, registered_section, sampled_title, scores
+from lopti.experiments.statistics import first_batch_reaching
+from lopti.experiments.study import (
+    BASE,
+    COLLAPSE_FORMAT_ERROR,
+    below_warm_start,
+    collapsed,
+    malformed,
+)
 from lopti.tasks.registry import TaskData, get_task
 
-BASE = "grpo"
 QUALITY_FAMILIES = ("correct_pos", "correct_neg", "dlogp_pos", "dlogp_neg")
-# a run has collapsed when RL left it below its warm start, or when it stopped answering in the format
-COLLAPSE_FORMAT_ERROR = 0.05
 # training accuracy (batch mean of the task's accuracy reward) whose first reaching is counted, and over how
 # many generated batches its moving mean is taken
 TRAIN_ACCURACY_THRESHOLD = 0.5
@@ -55,43 +60,12 @@ def results_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def below_warm_start(run: dict[str, Any]) -> bool:
-    """Return whether a run of results.json ended with held-out accuracy below its warm start's."""
-    return run["after"]["overall"]["accuracy"] < run["before"]["overall"]["accuracy"]
-
-
-def malformed(run: dict[str, Any]) -> bool:
-    """Return whether more than COLLAPSE_FORMAT_ERROR of a run's greedy held-out answers after RL are malformed."""
-    return run["after"]["overall"].get("format_error", 0.0) > COLLAPSE_FORMAT_ERROR
-
-
-def collapsed(run: dict[str, Any]) -> bool:
-    """Return whether a run of results.json collapsed: below its warm start, or malformed."""
-    return below_warm_start(run) or malformed(run)
-
-
 def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Return run name → its sampled held-out evaluation after RL (avg@k), for the runs that made one."""
     from lopti.commands.train_run import sampled_path  # here: train_run loads the trainer
 
     paths = {name: sampled_path(out / "runs" / name / "eval_after.json") for name in results["runs"]}
     return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
-
-
-def _accuracies(
-    results: dict[str, Any], variant: str, sampled: dict[str, dict] | None = None, metric: str = "accuracy"
-) -> dict[int, float]:
-    """Return seed → held-out `metric` after RL (all groups) of the variant's runs: greedy, or from `sampled`."""
-    runs = {name: run for name, run in results["runs"].items() if run["variant"] == variant}
-    if sampled is None:
-        return {run["seed"]: run["after"]["overall"][metric] for run in runs.values()}
-    return {run["seed"]: sampled[name]["overall"][metric] for name, run in runs.items() if name in sampled}
-
-
-def _problems(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | None:
-    """Return how many held-out problems the evaluations scored (None when they do not say)."""
-    evaluations = [run["after"] for run in results["runs"].values()] if sampled is None else list(sampled.values())
-    return next((e["overall"]["n"] for e in evaluations if "n" in e["overall"]), None)
 
 
 def _interval_cell(values: list[float]) -> str:
@@ -116,13 +90,13 @@ def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict],
     """Return per variant: held-out accuracy after RL (all groups) in %, mean [95% t-interval] over seeds,
     greedy and sampled (when evaluated); the mean batch at which training accuracy reached `threshold` with
     how many runs never did; and how many runs collapsed."""
-    sampling_head = f" {_sampled_title(sampled)} |" if sampled else ""
+    sampling_head = f" {sampled_title(sampled)} |" if sampled else ""
     head = f"| variant | seeds | greedy |{sampling_head} batches to training accuracy ≥ {threshold:g} | collapsed |"
     lines = [head, "|---" * (6 if sampled else 5) + "|"]
     for variant in results["summary"]:
         runs = [run for run in results["runs"].values() if run["variant"] == variant]
-        greedy = _interval_cell(list(_accuracies(results, variant).values()))
-        sampling = f" {_interval_cell(list(_accuracies(results, variant, sampled).values()))} |" if sampled else ""
+        greedy = _interval_cell(list(scores(results, variant).values()))
+        sampling = f" {_interval_cell(list(scores(results, variant, sampled).values()))} |" if sampled else ""
         batches = threshold_batches(out, results, variant, metric, threshold)
         reached = [b for b in batches if b is not None]
         steps = f"{statistics.fmean(reached):.1f}" if reached else "never"
@@ -132,106 +106,6 @@ def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict],
             fallen += f" ({sum(map(below_warm_start, runs))} below, {sum(map(malformed, runs))} malformed)"
         lines.append(f"| {variant} | {len(runs)} | {greedy} |{sampling} {steps} | {fallen} |")
     return "\n".join(lines) + "\n"
-
-
-def _sampled_title(sampled: dict[str, dict]) -> str:
-    first = next(iter(sampled.values()))
-    return f"sampled avg@{first['samples']} (T={first['temperature']:g})"
-
-
-def decodings(sampled: dict[str, dict]) -> dict[str, tuple[dict[str, dict] | None, str]]:
-    """Return the held-out scores a study compares: title → (sampled evaluations or None for greedy, metric)."""
-    found = {"greedy accuracy": (None, "accuracy")}
-    if sampled:
-        title = _sampled_title(sampled)
-        found[f"{title} accuracy"] = (sampled, "accuracy")
-        k = next(iter(sampled.values()))["samples"]
-        if all(f"pass@{k}" in e["overall"] for e in sampled.values()) and k > 1:
-            found[f"{title} pass@{k}"] = (sampled, f"pass@{k}")
-    return found
-
-
-def against_base(results: dict[str, Any]) -> list[tuple[str, str]]:
-    """Return the comparisons of results.md's paired tables: every variant against GRPO."""
-    return [(variant, BASE) for variant in results["summary"] if variant != BASE]
-
-
-def paired_table(
-    results: dict[str, Any],
-    source: dict[str, dict] | None,
-    metric: str = "accuracy",
-    comparisons: list[tuple[str, str]] | None = None,
-) -> str:
-    """Return per comparison (variant, base; default `against_base`) the variant's held-out `metric` minus the
-    base's, seed by seed on the seeds both finished, in points: mean [95% bootstrap interval over seeds and
-    held-out problems], the exact sign-flip p, the p after Holm's correction over the table's rows (one family),
-    the seeds above / below / equal, and the smallest difference these seeds would detect at 80% power. A study
-    without GRPO gets one line saying so."""
-    if comparisons is None and BASE not in results["summary"]:
-        return f"No `{BASE}` variant in this study, so no paired differences from GRPO.\n"
-    problems = _problems(results, source)
-    scores = {v: _accuracies(results, v, source, metric) for v in results["summary"]}
-    rows = {(v, b): paired_difference(scores[v], scores[b], problems) for v, b in comparisons or against_base(results)}
-    adjusted = dict(zip(rows, holm([None if p is None else p.p_value for p in rows.values()]), strict=True))
-    head = "| comparison | seeds paired | difference [95% interval] | sign-flip p | Holm p | above / below / equal |"
-    lines = [head + " detectable |", "|---" * 7 + "|"]
-    for (variant, base), paired in rows.items():
-        name = f"{variant} − {base}"
-        if paired is None:
-            lines.append(f"| {name} | 0 | – (no common seed) | – | – | – | – |")
-            continue
-        cell = f"{100 * paired.mean:+.1f}"
-        cell += " (1 seed)" if paired.low is None else f" [{100 * paired.low:+.1f}, {100 * paired.high:+.1f}]"
-        power = "–" if paired.detectable is None else f"±{100 * paired.detectable:.1f}"
-        holm_p = f"{adjusted[variant, base]:.3f}" + (" *" if adjusted[variant, base] <= ALPHA else "")
-        signs = f"{paired.above} / {paired.below} / {paired.equal}"
-        lines.append(f"| {name} | {len(paired.seeds)} | {cell} | {paired.p_value:.3f} | {holm_p} | {signs} | {power} |")
-    return "\n".join(lines) + "\n"
-
-
-def collapse_table(results: dict[str, Any]) -> str:
-    """Return per variant how many runs collapsed against GRPO's, with Fisher's exact p and Holm's over the rows."""
-    if BASE not in results["summary"]:
-        return ""
-    counts = {}
-    for variant in results["summary"]:
-        runs = [run for run in results["runs"].values() if run["variant"] == variant]
-        counts[variant] = (sum(collapsed(run) for run in runs), len(runs))
-    base_fallen, base_runs = counts.pop(BASE)
-    p_values = {v: fisher_p(fallen, runs, base_fallen, base_runs) for v, (fallen, runs) in counts.items()}
-    adjusted = dict(zip(p_values, holm(list(p_values.values())), strict=True))
-    lines = ["| variant | collapsed | GRPO collapsed | Fisher p | Holm p |", "|---" * 5 + "|"]
-    for variant, (fallen, runs) in counts.items():
-        counted = f"{fallen}/{runs} | {base_fallen}/{base_runs}"
-        lines.append(f"| {variant} | {counted} | {p_values[variant]:.3f} | {adjusted[variant]:.3f} |")
-    return "\n".join(lines) + "\n"
-
-
-def paired_sections(results: dict[str, Any], sampled: dict[str, dict]) -> list[str]:
-    """Return results.md's paired comparisons: a table per held-out score (each a family for Holm), the
-    collapse counts, and what the tests can and cannot show."""
-    parts = []
-    for title, (source, metric) in decodings(sampled).items():
-        parts += [f"Paired difference from GRPO, {title} (same seed, same held-out set), in points:", ""]
-        parts.append(paired_table(results, source, metric))
-    seeds = max((summary["seeds"] for summary in results["summary"].values()), default=0)
-    parts += [
-        "- Interval: 95% percentile bootstrap that resamples the seeds and the held-out problems (the set's "
-        "sampling error is common to every seed, so it does not average out over them; without per-problem "
-        "records each arm's set is redrawn as a binomial count, which ignores that the arms share problems and "
-        "so errs wide).",
-        "- Sign-flip p: the exact two-sided permutation test of the mean paired difference (all 2ⁿ sign patterns "
-        f"of the n seeds' differences); with n seeds it cannot go below 2 / 2ⁿ ({smallest_p(seeds):.3f} for "
-        f"{seeds}). Holm p: adjusted over this table's rows; * where it is at most {ALPHA:g}.",
-        "- Detectable: the smallest true difference a paired t-test of these seeds finds four times in five "
-        f"(two-sided, {ALPHA:g}), with the observed spread of the differences taken as the true one (noncentral t). "
-        "A difference below it can be missed; the sign-flip test needs at least as much.",
-        "",
-    ]
-    collapses = collapse_table(results)
-    if collapses:
-        parts += ["Collapsed runs against GRPO's (Fisher's exact test, two-sided):", "", collapses]
-    return parts
 
 
 def curve_panels(metric_names: set[str]) -> list[dict[str, str]]:
@@ -314,6 +188,7 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
         "",
         f"Command: `{command}`",
         "",
+        *registered_section(out, results, sampled),
         f'Base estimator: {base.get("advantage_estimator") or "TRL default"}; "grpo" is the base without AR, '
         f"Lopti or token-credit presets, the others add theirs (AR α = {base.get('ar_alpha') or AR_ALPHA_KK}); "
         "every variant sees "

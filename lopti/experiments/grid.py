@@ -20,9 +20,19 @@ from typing import Any
 from lopti.commands.fields import check_keys, parse_value
 from lopti.commands.files import claim_folder, folder_lock, write_atomic
 from lopti.commands.settings import check_run_values, resolve, train_keys
-from lopti.experiments.compare_report import COLLAPSE_FORMAT_ERROR, collapsed, write_compare_report
+from lopti.experiments.compare_report import write_compare_report
 from lopti.experiments.jobs import run_jobs, threads_per_run
-from lopti.experiments.study import GROWABLE, check_variants, claim_study, collect, mean_std, plan_runs, train_settings
+from lopti.experiments.study import (
+    COLLAPSE_FORMAT_ERROR,
+    GROWABLE,
+    check_variants,
+    claim_study,
+    collapsed,
+    collect,
+    mean_std,
+    plan_runs,
+    train_settings,
+)
 
 GRID_FILE = "grid.json"
 # set by each variant or by compare itself, so a grid over them would run the same thing at every point

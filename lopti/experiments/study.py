@@ -23,7 +23,10 @@ from lopti.core.credit_presets import credit_problems
 from lopti.core.methods import MethodSpec, parse_method
 from lopti.experiments.jobs import Job
 
-STUDY_FILE, THREADS_FILE = "compare.json", "threads.json"
+STUDY_FILE, THREADS_FILE, PLAN_FILE = "compare.json", "threads.json", "plan.json"
+BASE = "grpo"  # the variant every other is compared with, unless a registered plan names other comparisons
+# a run has collapsed when RL left it below its warm start, or when it stopped answering in the format
+COLLAPSE_FORMAT_ERROR = 0.05
 
 
 def _credit_constants(base: dict[str, Any], spec: MethodSpec) -> dict[str, dict[str, float]]:
@@ -95,7 +98,8 @@ def study_identity(base: dict[str, Any], variants: list[str], seeds: list[int]) 
 def claim_study(out: Path, base: dict[str, Any], variants: list[str], seeds: list[int]) -> None:
     """Write compare.json in `out`, or check that the one there is of the same base settings (its variants and
     seeds grow to include these)."""
-    claim_folder(out, STUDY_FILE, study_identity(base, variants, seeds), "a comparison", growable=GROWABLE)
+    identity = study_identity(base, variants, seeds)
+    claim_folder(out, STUDY_FILE, identity, "a comparison", allowed={PLAN_FILE}, growable=GROWABLE)
 
 
 def train_settings(settings: dict[str, Any]) -> None:
@@ -172,3 +176,18 @@ def collect(out: Path) -> dict[str, Any]:
     results = {"runs": runs, "summary": summary, "group": next(iter(runs.values()))["after"]["group"] if runs else None}
     write_atomic(out / "results.json", json.dumps(results, indent=1))
     return results
+
+
+def below_warm_start(run: dict[str, Any]) -> bool:
+    """Return whether a run of results.json ended with held-out accuracy below its warm start's."""
+    return run["after"]["overall"]["accuracy"] < run["before"]["overall"]["accuracy"]
+
+
+def malformed(run: dict[str, Any]) -> bool:
+    """Return whether more than COLLAPSE_FORMAT_ERROR of a run's greedy held-out answers after RL are malformed."""
+    return run["after"]["overall"].get("format_error", 0.0) > COLLAPSE_FORMAT_ERROR
+
+
+def collapsed(run: dict[str, Any]) -> bool:
+    """Return whether a run of results.json collapsed: below its warm start, or malformed."""
+    return below_warm_start(run) or malformed(run)

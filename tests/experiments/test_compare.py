@@ -123,7 +123,7 @@ def test_a_study_grows_by_variants_and_seeds_and_keeps_its_runs(tmp_path):
 def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatch, tmp_path, capsys):
     seen = []
 
-    def run_all(config, overrides, variants, seeds, out, jobs, threads, backend):
+    def run_all(config, overrides, variants, seeds, out, jobs, threads, backend, plan):
         seen.append((config.name, overrides, variants, seeds, out, jobs, threads, backend))
         raise ValueError("training replaced by the test")
 

@@ -1,0 +1,110 @@
+"""`lopti compare --register`: the plan is written with its hash before any run, results.md cites it, and a
+registered study whose plan changed is refused in one line (exit 2)."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from lopti.cli import main
+from lopti.experiments import compare
+
+VARIANTS = ["--variants", "grpo,lopti,grpo2", "--seeds", "0,1,2"]
+
+
+def finish_run(settings):
+    """Stand in for training: write a finished run whose greedy accuracy rises with the seed (lopti by 5 points)."""
+    run_dir = Path(settings["output_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    split_by_probability = settings["lopti"] and settings.get("lopti_split", "probability") == "probability"
+    accuracy = 0.3 + 0.01 * settings["seed"] + (0.05 if split_by_probability else 0.0)
+    after = {"group": "people", "per_group": {}, "overall": {"accuracy": accuracy, "n": 900}}
+    before = {"group": "people", "per_group": {}, "overall": {"accuracy": 0.2, "n": 900}}
+    for name, record in (("run.json", {}), ("eval_before.json", before), ("eval_after.json", after)):
+        (run_dir / name).write_text(json.dumps(record))
+    (run_dir / "report.md").write_text("report")
+
+
+@pytest.fixture
+def registered(tmp_path, capsys):
+    out = tmp_path / "study"
+    argv = ["compare", *VARIANTS, "--primary", "lopti:grpo2,lopti:grpo", "--out", str(out)]
+    assert main([*argv, "--register"]) == 0
+    return out, argv, capsys.readouterr().out
+
+
+def test_register_writes_the_plan_and_its_hash_before_any_run(registered):
+    out, _, printed = registered
+    record = json.loads((out / "plan.json").read_text())
+    canonical = json.dumps(record["plan"], sort_keys=True, separators=(",", ":")).encode()
+    assert record["hash"] == hashlib.sha256(canonical).hexdigest()
+    assert f"Registered plan {record['hash']}" in printed
+    plan = record["plan"]
+    assert (plan["variants"], plan["seeds"]) == (["grpo", "lopti", "grpo2"], [0, 1, 2])
+    assert plan["primary_comparisons"] == ["lopti:grpo2", "lopti:grpo"] and plan["primary_metric"] == "greedy"
+    assert plan["alpha"] == 0.05 and plan["correction"] == "Holm over the primary comparisons"
+    assert plan["data"]["eval_puzzles"] == plan["recipe"]["eval_puzzles"] and "data_seed" in plan["data"]
+    assert "sign-flip" in plan["test"] and "collapse" in plan and "exclusion" in plan
+    assert sorted(p.name for p in out.iterdir()) == [".lopti.lock", "plan.json"]  # no run yet
+
+
+def test_the_registered_study_runs_and_its_results_cite_the_hash(registered, monkeypatch):
+    out, argv, _ = registered
+    monkeypatch.setattr(compare, "train_settings", finish_run)
+    assert main(argv) == 0
+    digest = json.loads((out / "plan.json").read_text())["hash"]
+    text = (out / "results.md").read_text()
+    assert f"Registered plan `{digest}` (plan.json)" in text
+    primary = text.split("Primary comparisons, greedy accuracy")[1]
+    # lopti − grpo2 and lopti − grpo: +5 points on each of 3 seeds, p = 2/8 each, Holm: both 0.5
+    assert "| lopti − grpo2 | 3 | +5.0 [" in primary and "| 0.250 | 0.500 | 3 / 0 / 0 |" in primary
+    assert main(argv) == 0  # the same plan again: finished runs skipped, nothing refused
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (["--seeds", "0,1,2,3"], "seeds"),
+        (["--learning_rate", "0.5"], "recipe (learning_rate)"),
+        (["--primary_metric", "pass@k"], "primary_metric"),
+        (["--eval_puzzles", "10"], "data, recipe (eval_puzzles)"),
+    ],
+)
+def test_a_changed_plan_is_refused_in_one_line(registered, monkeypatch, capsys, change, says):
+    out, argv, _ = registered
+    monkeypatch.setattr(compare, "train_settings", finish_run)
+    assert main([*argv, *change]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert f"holds a study registered with plan {json.loads((out / 'plan.json').read_text())['hash'][:12]}" in error
+    assert f"these settings change its {says}; a registered plan cannot change" in error
+    assert not (out / "runs").exists()
+
+
+def test_a_hand_edited_plan_is_refused(registered, capsys):
+    out, argv, _ = registered
+    record = json.loads((out / "plan.json").read_text())
+    record["plan"]["alpha"] = 0.1
+    (out / "plan.json").write_text(json.dumps(record))
+    assert main(argv) == 2
+    assert "plan.json is damaged or was edited by hand" in capsys.readouterr().err
+
+
+def test_a_study_with_runs_cannot_be_registered_afterwards(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compare, "train_settings", finish_run)
+    out = tmp_path / "study"
+    assert main(["compare", *VARIANTS, "--out", str(out)]) == 0
+    assert main(["compare", *VARIANTS, "--out", str(out), "--register"]) == 2
+    assert "already holds runs; a plan is registered before any run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("primary", "says"),
+    [("lopti", "expected VARIANT:BASE"), ("lopti:ar", "ar is not among --variants"), ("grpo:grpo", "two different")],
+)
+def test_bad_primary_comparisons_are_one_line(tmp_path, capsys, primary, says):
+    argv = ["compare", *VARIANTS, "--primary", primary, "--out", str(tmp_path / "s"), "--register"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert says in error and len(error.splitlines()) == 1
