@@ -134,10 +134,10 @@ def quality_paired_table(out: Path, results: dict[str, Any], base: str) -> str |
             paired = paired_difference(run_means(variant, key), run_means(base, key))
             if paired is None:
                 cells.append("–")
-            elif paired.low is None:
+            elif paired.over_seeds is None:
                 cells.append(f"{paired.mean:+.3f} (1 seed)")
             else:
-                interval = f"[{paired.low:+.3f}, {paired.high:+.3f}]"
+                interval = "[{:+.3f}, {:+.3f}]".format(*paired.over_seeds)
                 cells.append(f"{paired.mean:+.3f} {interval}, p = {paired.p_value:.3f}")
         rows.append(f"| {variant} | " + " | ".join(cells) + " |")
     head = "| variant | " + " | ".join(f"correct ratio {title} − {base.upper()}" for title in columns.values()) + " |"

@@ -30,20 +30,19 @@ def problems(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | 
     return next((e["overall"]["n"] for e in evaluations if "n" in e["overall"]), None)
 
 
-def sampled_title(sampled: dict[str, dict]) -> str:
+def sampled_title(sampled: dict[str, dict], metric: str = "avg") -> str:
     first = next(iter(sampled.values()))
-    return f"sampled avg@{first['samples']} (T={first['temperature']:g})"
+    return f"sampled {metric}@{first['samples']} (T={first['temperature']:g})"
 
 
 def decodings(sampled: dict[str, dict]) -> dict[str, tuple[dict[str, dict] | None, str]]:
     """Return the held-out scores a study compares: title → (sampled evaluations or None for greedy, metric)."""
     found = {"greedy accuracy": (None, "accuracy")}
     if sampled:
-        title = sampled_title(sampled)
-        found[f"{title} accuracy"] = (sampled, "accuracy")
+        found[sampled_title(sampled)] = (sampled, "accuracy")
         k = next(iter(sampled.values()))["samples"]
         if all(f"pass@{k}" in e["overall"] for e in sampled.values()) and k > 1:
-            found[f"{title} pass@{k}"] = (sampled, f"pass@{k}")
+            found[sampled_title(sampled, "pass")] = (sampled, f"pass@{k}")
     return found
 
 
@@ -71,20 +70,26 @@ def paired_table(
     pairs = comparisons or against_base(results)
     rows = {(v, b): paired_difference(by_variant[v], by_variant[b], size) for v, b in pairs}
     adjusted = dict(zip(rows, holm([None if p is None else p.p_value for p in rows.values()]), strict=True))
-    head = "| comparison | seeds paired | difference [95% interval] | sign-flip p | Holm p | above / below / equal |"
-    lines = [head + " detectable |", "|---" * 7 + "|"]
+    head = "| comparison | seeds paired | difference | 95% interval, seeds | 95% interval, seeds × problems | "
+    lines = [head + "sign-flip p | Holm p | above / below / equal | detectable (t-test) |", "|---" * 9 + "|"]
     for (variant, base), paired in rows.items():
         name = f"{variant} − {base}"
         if paired is None:
-            lines.append(f"| {name} | 0 | – (no common seed) | – | – | – | – |")
+            lines.append(f"| {name} | 0 | – (no common seed) |" + " – |" * 6)
             continue
-        cell = f"{100 * paired.mean:+.1f}"
-        cell += " (1 seed)" if paired.low is None else f" [{100 * paired.low:+.1f}, {100 * paired.high:+.1f}]"
+        seeds, problems_cell = (_points(i) for i in (paired.over_seeds, paired.over_problems))
         power = "–" if paired.detectable is None else f"±{100 * paired.detectable:.1f}"
         holm_p = f"{adjusted[variant, base]:.3f}" + (" *" if adjusted[variant, base] <= alpha else "")
         signs = f"{paired.above} / {paired.below} / {paired.equal}"
-        lines.append(f"| {name} | {len(paired.seeds)} | {cell} | {paired.p_value:.3f} | {holm_p} | {signs} | {power} |")
+        lines.append(
+            f"| {name} | {len(paired.seeds)} | {100 * paired.mean:+.1f} | {seeds} | {problems_cell} | "
+            f"{paired.p_value:.3f} | {holm_p} | {signs} | {power} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _points(interval: tuple[float, float] | None) -> str:
+    return "–" if interval is None else f"[{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
 
 
 def collapse_table(results: dict[str, Any]) -> str:
@@ -142,10 +147,10 @@ def paired_sections(results: dict[str, Any], sampled: dict[str, dict]) -> list[s
         parts.append(paired_table(results, source, metric))
     seeds = max((summary["seeds"] for summary in results["summary"].values()), default=0)
     parts += [
-        "- Interval: 95% percentile bootstrap that resamples the seeds and the held-out problems (the set's "
-        "sampling error is common to every seed, so it does not average out over them; without per-problem "
-        "records each arm's set is redrawn as a binomial count, which ignores that the arms share problems and "
-        "so errs wide).",
+        "- Intervals: 95% percentile bootstraps, resampling the seeds, and the seeds and the held-out problems "
+        "(the set's sampling error is common to every seed, so it does not average out over them; without "
+        "per-problem records each arm's set is redrawn as a binomial count, which ignores that the arms share "
+        "problems and so errs wide: the true interval lies between the two).",
         "- Sign-flip p: the exact two-sided permutation test of the mean paired difference (all 2ⁿ sign patterns "
         f"of the n seeds' differences); with n seeds it cannot go below 2 / 2ⁿ ({smallest_p(seeds):.3f} for "
         f"{seeds}). Holm p: adjusted over this table's rows; * where it is at most {ALPHA:g}.",

@@ -147,48 +147,38 @@ class PairedDifference:
 
     seeds: list[int]
     mean: float
-    low: float | None  # of the bootstrap interval; None with a single seed
-    high: float | None
+    over_seeds: tuple[float, float] | None  # bootstrap interval resampling the seeds; None with a single seed
+    over_problems: tuple[float, float] | None  # resampling seeds and held-out problems; None when n is unknown
     p_value: float  # exact sign-flip, two-sided
     above: int
     below: int
     equal: int
     detectable: float | None  # smallest true difference a paired test finds at 80% power; None with one seed
 
-    def excludes_zero(self) -> bool:
-        """Return whether the interval lies entirely above or below 0."""
-        return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
-
 
 def paired_difference(
     variant: Mapping[int, Scores], base: Mapping[int, Scores], problems: int | None = None, seed: int = 0
 ) -> PairedDifference | None:
-    """Return variant[s] − base[s] over the seeds s both have: mean, bootstrap interval over seeds and problems
-    (`bootstrap_interval`; over seeds alone when neither scores nor `problems` are given), exact sign-flip p,
-    signs and the detectable difference; None when they share no seed."""
+    """Return variant[s] − base[s] over the seeds s both have: mean, bootstrap intervals over the seeds and over
+    seeds and held-out problems (`bootstrap_interval`; the latter needs per-problem scores or `problems`), exact
+    sign-flip p, signs and the detectable difference; None when they share no seed."""
     seeds = sorted(set(variant) & set(base))
     if not seeds:
         return None
     differences = [float(np.mean(variant[s]) - np.mean(base[s])) for s in seeds]
-    mean = float(np.mean(differences))
     above = sum(d > TIE for d in differences)
     below = sum(d < -TIE for d in differences)
-    if len(seeds) < 2:
-        low = high = detectable = None
-    else:
-        with_problems = problems is not None or isinstance(variant[seeds[0]], np.ndarray)
-        if with_problems:
-            low, high = bootstrap_interval(variant, base, problems, seed=seed)
-        else:
-            low, high = bootstrap_interval(
-                {s: np.array([d]) for s, d in zip(seeds, differences, strict=True)},
-                {s: np.zeros(1) for s in seeds},
-                seed=seed,
-            )
+    over_seeds = over_problems = detectable = None
+    if len(seeds) > 1:
+        as_scores = {s: np.array([d]) for s, d in zip(seeds, differences, strict=True)}
+        over_seeds = bootstrap_interval(as_scores, {s: np.zeros(1) for s in seeds}, seed=seed)
+        if problems is not None or isinstance(variant[seeds[0]], np.ndarray):
+            over_problems = bootstrap_interval(variant, base, problems, seed=seed)
         detectable = detectable_difference(float(np.std(differences, ddof=1)), len(seeds))
     return PairedDifference(
-        seeds, mean, low, high, sign_flip_p(differences), above, below, len(seeds) - above - below, detectable
-    )
+        seeds, float(np.mean(differences)), over_seeds, over_problems, sign_flip_p(differences), above, below,
+        len(seeds) - above - below, detectable,
+    )  # fmt: skip
 
 
 def fisher_p(hits: int, runs: int, base_hits: int, base_runs: int) -> float:

@@ -74,13 +74,13 @@ def test_results_md_reports_intervals_paired_differences_threshold_and_collapses
     greedy = "Paired difference from GRPO, greedy accuracy"
     # lopti − grpo per seed: +5, +5, +5 points; the held-out set's size is unknown here, so the interval is over
     # seeds only and has width 0; all three on one side: p = 2 / 2³, and Holm over the two rows (0.25 and 1)
-    lopti = "| lopti − grpo | 3 | +5.0 [+5.0, +5.0] | 0.250 | 0.500 | 3 / 0 / 0 | – |"
+    lopti = "| lopti − grpo | 3 | +5.0 | [+5.0, +5.0] | – | 0.250 | 0.500 | 3 / 0 / 0 | – |"
     assert row(text, "lopti − grpo", greedy) == lopti
-    assert row(text, "ar − grpo", greedy) == "| ar − grpo | 1 | +0.0 (1 seed) | 1.000 | 1.000 | 0 / 0 / 1 | – |"
-    sampled = "Paired difference from GRPO, sampled avg@4 (T=1) accuracy"
-    lopti = "| lopti − grpo | 3 | +5.0 [+5.0, +5.0] | 0.250 | 0.250 | 3 / 0 / 0 | – |"
+    assert row(text, "ar − grpo", greedy) == "| ar − grpo | 1 | +0.0 | – | – | 1.000 | 1.000 | 0 / 0 / 1 | – |"
+    sampled = "Paired difference from GRPO, sampled avg@4 (T=1)"
+    lopti = "| lopti − grpo | 3 | +5.0 | [+5.0, +5.0] | – | 0.250 | 0.250 | 3 / 0 / 0 | – |"
     assert row(text, "lopti − grpo", sampled) == lopti
-    assert row(text, "ar − grpo", sampled) == "| ar − grpo | 0 | – (no common seed) | – | – | – | – |"
+    assert row(text, "ar − grpo", sampled) == "| ar − grpo | 0 | – (no common seed) | – | – | – | – | – | – |"
     assert "it cannot go below 2 / 2ⁿ (0.250 for 3)" in text
     fisher = "Collapsed runs against GRPO's"
     assert row(text, "lopti", fisher) == "| lopti | 1/3 | 1/3 | 1.000 | 1.000 |"

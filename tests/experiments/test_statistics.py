@@ -130,14 +130,15 @@ def test_paired_difference_uses_common_seeds_and_counts_signs():
     assert paired.mean == pytest.approx((0.10 - 0.05 + 0.0) / 3)
     assert (paired.above, paired.below, paired.equal) == (1, 1, 1)
     assert paired.p_value == pytest.approx(enumerated_p([0.10, -0.05, 0.0]))
-    assert paired.low <= paired.mean <= paired.high
+    assert paired.over_seeds[0] <= paired.mean <= paired.over_seeds[1] and paired.over_problems is None
     assert paired.detectable == pytest.approx(detectable_difference(float(np.std([0.1, -0.05, 0.0], ddof=1)), 3))
     assert paired_difference({0: 0.5}, {1: 0.5}) is None
     single = paired_difference({0: 0.5}, {0: 0.4})
-    assert single.low is None and single.detectable is None and single.p_value == 1.0
+    assert single.over_seeds is None and single.detectable is None and single.p_value == 1.0
     # with the held-out set's size, the interval widens by its sampling error
     wide = paired_difference(variant, base, problems=100)
-    assert wide.high - wide.low > paired.high - paired.low
+    assert wide.over_seeds == paired.over_seeds
+    assert wide.over_problems[1] - wide.over_problems[0] > paired.over_seeds[1] - paired.over_seeds[0]
 
 
 def test_first_batch_reaching_a_threshold():
