@@ -15,12 +15,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
 from lopti.experiments.paired_tables import paired_sections, registered_section, sampled_title, scores
-from lopti.experiments.statistics import first_batch_reaching
+from lopti.experiments.statistics import Scores, first_batch_reaching
 from lopti.experiments.study import (
     BASE,
     COLLAPSE_FORMAT_ERROR,
@@ -68,10 +70,10 @@ def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[st
     return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
 
 
-def _interval_cell(values: list[float]) -> str:
+def _interval_cell(values: list[Scores]) -> str:
     if not values:
         return "–"
-    cell = interval([100 * v for v in values])
+    cell = interval([100 * float(np.mean(v)) for v in values])  # a run's mean over its problems
     if cell["low"] is None:
         return f"{cell['mean']:.1f} (1 seed)"
     return f"{cell['mean']:.1f} [{cell['low']:.1f}, {cell['high']:.1f}]"

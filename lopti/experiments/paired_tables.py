@@ -9,19 +9,37 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from lopti.evaluation.scoring import pass_at_k
 from lopti.experiments.plan import read_plan
-from lopti.experiments.statistics import ALPHA, fisher_p, holm, paired_difference, smallest_p
+from lopti.experiments.statistics import ALPHA, Scores, fisher_p, holm, paired_difference, smallest_p
 from lopti.experiments.study import BASE, PLAN_FILE, collapsed
 
 
 def scores(
     results: dict[str, Any], variant: str, sampled: dict[str, dict] | None = None, metric: str = "accuracy"
-) -> dict[int, float]:
-    """Return seed → held-out `metric` after RL (all groups) of the variant's runs: greedy, or from `sampled`."""
+) -> dict[int, Scores]:
+    """Return seed → held-out `metric` after RL (all groups) of the variant's runs, greedy or from `sampled`: per
+    problem (an array in the held-out order) when the evaluations kept `correct_per_problem`, else overall."""
     runs = {name: run for name, run in results["runs"].items() if run["variant"] == variant}
-    if sampled is None:
-        return {run["seed"]: run["after"]["overall"][metric] for run in runs.values()}
-    return {run["seed"]: sampled[name]["overall"][metric] for name, run in runs.items() if name in sampled}
+    evaluations = {
+        run["seed"]: run["after"] if sampled is None else sampled[name]
+        for name, run in runs.items()
+        if sampled is None or name in sampled
+    }
+    return {seed: per_problem(evaluation, metric) for seed, evaluation in evaluations.items()}
+
+
+def per_problem(evaluation: dict[str, Any], metric: str) -> Scores:
+    """Return an evaluation's `metric` (accuracy, or pass@k) per problem when it kept the counts, else overall."""
+    counts, samples = evaluation.get("correct_per_problem"), evaluation.get("samples", 1)
+    if counts is None:
+        return evaluation["overall"][metric]
+    if metric == "accuracy":
+        return np.array(counts, dtype=float) / samples
+    k = int(metric.removeprefix("pass@"))
+    return np.array([pass_at_k(samples, count, k) for count in counts])
 
 
 def problems(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | None:

@@ -112,10 +112,10 @@ def bootstrap_interval(
 
     With per-problem scores, one resample draws seeds and problems with replacement, the same problems for
     every run (they share the held-out set), so a problem that is easy for every run adds no spread. With
-    accuracies only, each resample shifts every run of an arm by one binomial redraw of the arm's mean accuracy
-    over `problems` problems (the set is shared, so its error is common to the seeds), independently for the
-    two arms: without the records the pairing on problems is unknown, and leaving it out makes the interval
-    wider when the arms find the same problems hard, which they do."""
+    accuracies only (or when one arm lacks the scores), each resample shifts every run of an arm by one binomial
+    redraw of the arm's mean accuracy over `problems` problems (the set is shared, so its error is common to the
+    seeds), independently for the two arms: without the records the pairing on problems is unknown, and leaving
+    it out makes the interval wider when the arms find the same problems hard, which they do."""
     seeds = sorted(set(variant) & set(base))
     if not seeds:
         raise ValueError("the two arms share no seed")
@@ -130,7 +130,7 @@ def bootstrap_interval(
     else:
         if problems is None:
             raise ValueError("accuracies without per-problem scores need the number of problems")
-        accuracies = np.array([[float(variant[s]), float(base[s])] for s in seeds])
+        accuracies = np.array([[np.mean(variant[s]), np.mean(base[s])] for s in seeds])
         set_means = accuracies.mean(axis=0)
         # one redrawn held-out set per resample, shared by the seeds of an arm: its error does not average out
         shifts = rng.binomial(problems, set_means, size=(resamples, 2)) / problems - set_means
