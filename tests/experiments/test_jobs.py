@@ -5,6 +5,11 @@ The run function is a stand-in for training (a few file writes), module-level so
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +94,52 @@ def test_an_unknown_backend_is_one_line(tmp_path):
     job = Job(run_name("grpo", 0), {"output_dir": str(tmp_path)}, 1, tmp_path / "train.log")
     with pytest.raises(ValueError, match="--backend spark: expected one of local, ray"):
         run_jobs([job], 2, interrupted_once, "spark")
+
+
+SLEEPER = """
+import os
+import sys
+import time
+from pathlib import Path
+
+from lopti.experiments.jobs import Job, run_jobs
+
+
+def sleep_long(settings):
+    Path(settings["output_dir"], "pid").write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    folder = Path(sys.argv[1])
+    runs = [folder / f"run{i}" for i in (0, 1)]
+    jobs = [Job(run.name, {"output_dir": str(run)}, 1, run / "train.log") for run in runs]
+    run_jobs(jobs, 2, sleep_long)
+"""
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0  # a zombie has ended
+
+
+def test_no_local_worker_outlives_a_killed_command(tmp_path):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    command = subprocess.Popen([sys.executable, str(tmp_path / "sleeper.py"), str(tmp_path)], env=environment)
+    pid_files = [tmp_path / f"run{i}" / "pid" for i in (0, 1)]
+    deadline = time.time() + 120
+    while not all(path.exists() and path.read_text() for path in pid_files):
+        assert time.time() < deadline and command.poll() is None, "the workers did not start"
+        time.sleep(0.2)
+    workers = [int(path.read_text()) for path in pid_files]
+    assert all(alive(pid) for pid in workers)
+    command.send_signal(signal.SIGKILL)  # runs no code of the command: only the workers' watch can end them
+    command.wait()
+    deadline = time.time() + 30
+    while any(alive(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers)
