@@ -58,8 +58,9 @@ def checkpoints_by_marker(monkeypatch):
 
 @pytest.fixture
 def ray_session():
-    """Ray, an optional backend (the verl extra brings it); the study starts a local one, ended here."""
-    ray = pytest.importorskip("ray")
+    """Ray, an optional backend (in the dev, ray and verl extras); the study starts a local one, ended here."""
+    import ray
+
     yield
     ray.shutdown()
 

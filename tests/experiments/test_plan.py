@@ -112,3 +112,10 @@ def test_bad_primary_comparisons_are_one_line(tmp_path, capsys, primary, says):
     assert main(argv) == 2
     error = capsys.readouterr().err.strip()
     assert says in error and len(error.splitlines()) == 1
+
+
+def test_a_grid_is_not_registered_as_a_whole(tmp_path, capsys):
+    argv = ["compare", *VARIANTS, "--grid", "learning_rate=1e-4,1e-3", "--out", str(tmp_path / "g"), "--register"]
+    assert main(argv) == 2
+    assert "--register: register each grid point's study on its own" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
