@@ -36,26 +36,46 @@ TIE = 1e-12  # differences within this of 0 count as equal
 Scores = np.ndarray | float
 
 
-def sign_flip_p(differences: Sequence[float], alternative: str = "two-sided") -> float:
-    """Return the sign-flip permutation p-value of the mean of paired `differences` (one per seed).
+def sign_flip_p(differences: Sequence[float]) -> float:
+    """Return the two-sided sign-flip permutation p-value of the mean of paired `differences` (one per seed): the
+    share of sign patterns whose |mean| reaches the observed one.
 
-    Exact (all 2ⁿ sign patterns) for n ≤ EXACT_SEEDS, else from RANDOM_SIGN_PATTERNS random patterns."""
+    Exact (all 2ⁿ patterns) for n ≤ EXACT_SEEDS, else from RANDOM_SIGN_PATTERNS random patterns (scipy)."""
     values = np.asarray(differences, dtype=float)
     if len(values) < 1:
         raise ValueError("a sign-flip test needs at least one difference")
     if len(values) < 2 or not np.any(np.abs(values) > TIE):  # one seed: both sign patterns are as extreme
         return 1.0
-    exact = len(values) <= EXACT_SEEDS
+    if len(values) <= EXACT_SEEDS:
+        return _exact_sign_flip_p(values)
     result = stats.permutation_test(
         (values,),
         np.mean,
         permutation_type="samples",  # with one sample: flip the signs of its observations
-        n_resamples=np.inf if exact else RANDOM_SIGN_PATTERNS,
-        alternative=alternative,
-        vectorized=False,
-        rng=None if exact else np.random.default_rng(0),
+        n_resamples=RANDOM_SIGN_PATTERNS,
+        vectorized=True,
+        rng=np.random.default_rng(0),
     )
     return float(result.pvalue)
+
+
+def _exact_sign_flip_p(values: np.ndarray) -> float:
+    """Return the exact two-sided sign-flip p-value by meeting in the middle: the 2^(n/2) signed sums of each
+    half, sorted, give the count of the 2ⁿ total sums with |sum| ≥ |observed| in milliseconds, where scipy's
+    enumeration of the 2ⁿ patterns takes half a minute at 20 seeds."""
+
+    def signed_sums(part: np.ndarray) -> np.ndarray:
+        signs = 1 - 2 * ((np.arange(2 ** len(part))[:, None] >> np.arange(len(part))) & 1)
+        return signs @ part
+
+    half = len(values) // 2
+    left, right = np.sort(signed_sums(values[:half])), signed_sums(values[half:])
+    reach = abs(values.sum()) - 1e-9 * np.abs(values).sum()  # sums equal but for rounding count as reaching
+    if reach <= 0:  # a mean of 0: every pattern is as extreme
+        return 1.0
+    at_least = len(left) - np.searchsorted(left, reach - right, side="left")
+    at_most = np.searchsorted(left, -reach - right, side="right")
+    return float((at_least + at_most).sum() / 2 ** len(values))
 
 
 def smallest_p(seeds: int) -> float:

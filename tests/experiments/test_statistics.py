@@ -2,6 +2,7 @@
 
 import itertools
 import math
+import time
 
 import numpy as np
 import pytest
@@ -39,11 +40,15 @@ def test_the_exact_sign_flip_p_value_of_a_hand_computed_case():
     assert sign_flip_p([0.1, -0.1]) == 1.0
 
 
-def test_the_sign_flip_p_value_matches_enumeration_and_the_sign_test():
+def test_the_sign_flip_p_value_matches_enumeration_scipy_and_the_sign_test():
     rng = np.random.default_rng(3)
-    for seeds in (3, 5, 8):
+    for seeds in (2, 3, 5, 8, 11):
         differences = list(rng.normal(0.02, 0.05, size=seeds))
         assert sign_flip_p(differences) == pytest.approx(enumerated_p(differences))
+        exact = stats.permutation_test((differences,), np.mean, permutation_type="samples", n_resamples=np.inf)
+        assert sign_flip_p(differences) == pytest.approx(exact.pvalue)
+    ties = [0.1, 0.1, -0.1, 0.2, -0.2, 0.3]  # many patterns reach the observed sum exactly
+    assert sign_flip_p(ties) == pytest.approx(enumerated_p(ties))
     # with every difference on one side it is the exact binomial sign test's p
     assert sign_flip_p([0.3] * 7) == pytest.approx(stats.binomtest(7, 7).pvalue)
 
@@ -53,7 +58,16 @@ def test_five_seeds_can_never_reach_five_percent():
     assert smallest_p(1) == 1.0
 
 
-def test_beyond_the_exact_limit_the_p_value_is_sampled():
+def test_twenty_seeds_are_exact_and_quick_and_more_are_sampled():
+    started = time.perf_counter()
+    assert sign_flip_p([0.1] * EXACT_SEEDS) == 2 / 2**EXACT_SEEDS
+    differences = np.random.default_rng(5).normal(0.01, 0.05, size=EXACT_SEEDS)
+    p = sign_flip_p(differences)
+    assert time.perf_counter() - started < 5
+    # against 400,000 random sign patterns, within their sampling error
+    signs = np.random.default_rng(6).choice([-1.0, 1.0], size=(400_000, EXACT_SEEDS))
+    sampled = np.mean(np.abs(signs @ differences) >= abs(differences.sum()) - 1e-12)
+    assert p == pytest.approx(sampled, abs=4 * np.sqrt(p * (1 - p) / 400_000))
     p = sign_flip_p([0.1] * (EXACT_SEEDS + 1))
     assert 0 < p < 1e-4  # exact would be 2 / 2^21; 100,000 random patterns resolve it to about 1e-5
 
