@@ -22,6 +22,7 @@ from lopti.commands.files import claim_folder, folder_lock, write_atomic
 from lopti.commands.settings import check_run_values, resolve, train_keys
 from lopti.experiments.compare_report import write_compare_report
 from lopti.experiments.jobs import run_jobs, threads_per_run
+from lopti.experiments.plan import check_registered, study_plan
 from lopti.experiments.study import (
     COLLAPSE_FORMAT_ERROR,
     GROWABLE,
@@ -97,8 +98,8 @@ def run_grid(
 ) -> str:
     """Run every grid point's comparison in `out` (finished runs skipped), write every report; return grid.md's table.
 
-    `study` is the CompareConfig (variants, seeds, jobs, backend, threads). Every point's settings are checked
-    before anything is written.
+    `study` is the CompareConfig (variants, seeds, jobs, backend, threads; primary comparisons, metric and α for
+    a point registered on its own). Every point's settings are checked before anything is written.
     """
     points = []
     for values in grid_points(grid):
@@ -113,6 +114,8 @@ def run_grid(
         pending = []
         for _, folder, point_base in points:
             locks.enter_context(folder_lock(folder))
+            plan = study_plan(point_base, study.variants, study.seeds, study.primary, study.primary_metric, study.alpha)
+            check_registered(folder, plan)  # a point registered on its own keeps its plan
             claim_study(folder, point_base, study.variants, study.seeds)
             pending += plan_runs(folder, point_base, study.variants, study.seeds, threads, f"{folder.name}/")
         run_jobs(pending, study.jobs, train_settings, study.backend)
