@@ -13,9 +13,8 @@ refused), runs/<variant>-s<seed>/ (ordinary run folders: a finished run is skipp
 it trains only the steps it had left and writes only the outputs it lacks), threads.json (the torch thread
 count of each run), results.json (every run's numbers), results.md (mean ± std over seeds per group, gain over
 the base, paired tests: `lopti.experiments.paired_tables`) and curves.png (training curves with ± std
-bands). `--grid` sweeps a train
-setting over such folders (`lopti.experiments.grid`); `--jobs` runs several runs at once, on this machine or
-with `--backend ray` across a Ray cluster (`lopti.experiments.jobs`).
+bands). `--grid` sweeps a train setting over such folders (`lopti.experiments.grid`); `--jobs` runs several
+runs at once, on this machine or with `--backend ray` across a Ray cluster (`lopti.experiments.jobs`).
 """
 
 from __future__ import annotations
