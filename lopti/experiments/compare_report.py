@@ -21,8 +21,8 @@ from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
-from lopti.experiments.paired_tables import paired_sections, registered_section, sampled_title, scores
-from lopti.experiments.statistics import Scores, first_batch_reaching
+from lopti.experiments.paired_tables import paired_sections, problems, registered_section, sampled_title, scores
+from lopti.experiments.statistics import Scores, bootstrap_interval, first_batch_reaching
 from lopti.experiments.study import (
     BASE,
     COLLAPSE_FORMAT_ERROR,
@@ -70,13 +70,20 @@ def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[st
     return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
 
 
-def _interval_cell(values: list[Scores]) -> str:
-    if not values:
+def _interval_cell(by_seed: dict[int, Scores], problems: int | None) -> str:
+    """Return "mean [95% interval]" in %: a bootstrap over seeds and held-out problems when the evaluations say
+    how many problems they scored, else Student's t over the seeds."""
+    if not by_seed:
         return "–"
-    cell = interval([100 * float(np.mean(v)) for v in values])  # a run's mean over its problems
+    mean = 100 * float(np.mean([np.mean(v) for v in by_seed.values()]))
+    if problems is not None or any(isinstance(v, np.ndarray) for v in by_seed.values()):
+        nothing = {seed: np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0 for seed, v in by_seed.items()}
+        low, high = bootstrap_interval(by_seed, nothing, problems)
+        return f"{mean:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+    cell = interval([100 * float(v) for v in by_seed.values()])
     if cell["low"] is None:
-        return f"{cell['mean']:.1f} (1 seed)"
-    return f"{cell['mean']:.1f} [{cell['low']:.1f}, {cell['high']:.1f}]"
+        return f"{mean:.1f} (1 seed)"
+    return f"{mean:.1f} [{cell['low']:.1f}, {cell['high']:.1f}]"
 
 
 def threshold_batches(
@@ -89,16 +96,19 @@ def threshold_batches(
 
 
 def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict], metric: str, threshold: float) -> str:
-    """Return per variant: held-out accuracy after RL (all groups) in %, mean [95% t-interval] over seeds,
-    greedy and sampled (when evaluated); the mean batch at which training accuracy reached `threshold` with
-    how many runs never did; and how many runs collapsed."""
+    """Return per variant: held-out accuracy after RL (all groups) in %, mean [95% interval] over seeds (and
+    held-out problems, `_interval_cell`), greedy and sampled (when evaluated); the mean batch at which training
+    accuracy reached `threshold` with how many runs never did; and how many runs collapsed."""
     sampling_head = f" {sampled_title(sampled)} |" if sampled else ""
     head = f"| variant | seeds | greedy |{sampling_head} batches to training accuracy ≥ {threshold:g} | collapsed |"
     lines = [head, "|---" * (6 if sampled else 5) + "|"]
     for variant in results["summary"]:
         runs = [run for run in results["runs"].values() if run["variant"] == variant]
-        greedy = _interval_cell(list(scores(results, variant).values()))
-        sampling = f" {_interval_cell(list(scores(results, variant, sampled).values()))} |" if sampled else ""
+        greedy = _interval_cell(scores(results, variant), problems(results, None))
+        if sampled:
+            sampling = f" {_interval_cell(scores(results, variant, sampled), problems(results, sampled))} |"
+        else:
+            sampling = ""
         batches = threshold_batches(out, results, variant, metric, threshold)
         reached = [b for b in batches if b is not None]
         steps = f"{statistics.fmean(reached):.1f}" if reached else "never"
@@ -206,8 +216,10 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
             "collapses:",
             "",
             ablation_table(out, results, sampled, metric, TRAIN_ACCURACY_THRESHOLD),
-            "- Interval: mean ± t(0.975, n − 1) · s / √n over the n seeds (Student t, s the sample standard "
-            "deviation); (1 seed): no interval from one seed.",
+            "- Interval: 95% percentile bootstrap over the seeds and the held-out problems (the set's sampling "
+            "error does not average out over seeds); where the evaluations do not say how many problems they "
+            "scored, mean ± t(0.975, n − 1) · s / √n over the n seeds (Student t, s the sample standard "
+            "deviation), and no interval from one seed.",
             f"- Batches to training accuracy ≥ {TRAIN_ACCURACY_THRESHOLD:g}: the first generated batch (not "
             f"optimizer step: Lopti and its controls make two per batch) at which the mean of `{metric}` over "
             f"it and the {THRESHOLD_WINDOW - 1} logged batches before it reaches {TRAIN_ACCURACY_THRESHOLD:g}; "

@@ -63,6 +63,11 @@ def test_the_registered_study_runs_and_its_results_cite_the_hash(registered, mon
     low, high = (float(x) for x in lopti.split("]")[0].split(", "))
     assert low == pytest.approx(0.5, abs=0.8) and high == pytest.approx(9.5, abs=0.8)
     assert "| 0.250 | 0.500 | 3 / 0 / 0 |" in lopti.splitlines()[0]
+    # each variant's accuracy carries the 900 problems' sampling error: lopti at 35-37%, about ±2 · 1.6 points
+    ablation = text.split("| variant | seeds | greedy |")[1]
+    lopti_row = next(line for line in ablation.splitlines() if line.startswith("| lopti |"))
+    low, high = (float(x) for x in lopti_row.split("36.0 [")[1].split("]")[0].split(", "))
+    assert high - low == pytest.approx(2 * 1.96 * 100 * (0.36 * 0.64 / 900) ** 0.5, rel=0.25)
     assert main(argv) == 0  # the same plan again: finished runs skipped, nothing refused
 
 
