@@ -46,7 +46,9 @@ from lopti.experiments.study import (
 class CompareConfig:
     """What `lopti compare` runs; its other settings are `lopti train`'s, applied to every run."""
 
-    config: str | None = field(default=None, metadata={"help": "Base recipe (null: the embedded kk-tiny-cpu.yaml)."})
+    config: str | None = field(
+        default=None, metadata={"help": "Base recipe (null: the embedded recipe `lopti train` uses by default)."}
+    )
     variants: list[str] = field(
         default_factory=lambda: list(PAPER_METHODS),
         metadata={
