@@ -21,7 +21,7 @@ from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
-from lopti.experiments.paired_tables import paired_sections, problems, registered_section, sampled_title, scores
+from lopti.experiments.paired_tables import paired_sections, problem_count, registered_section, sampled_title, scores
 from lopti.experiments.statistics import Scores, bootstrap_interval, first_batch_reaching
 from lopti.experiments.study import (
     BASE,
@@ -104,9 +104,9 @@ def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict],
     lines = [head, "|---" * (6 if sampled else 5) + "|"]
     for variant in results["summary"]:
         runs = [run for run in results["runs"].values() if run["variant"] == variant]
-        greedy = _interval_cell(scores(results, variant), problems(results, None))
+        greedy = _interval_cell(scores(results, variant), problem_count(results, None))
         if sampled:
-            sampling = f" {_interval_cell(scores(results, variant, sampled), problems(results, sampled))} |"
+            sampling = f" {_interval_cell(scores(results, variant, sampled), problem_count(results, sampled))} |"
         else:
             sampling = ""
         batches = threshold_batches(out, results, variant, metric, threshold)

@@ -42,7 +42,7 @@ def per_problem(evaluation: dict[str, Any], metric: str) -> Scores:
     return np.array([pass_at_k(samples, count, k) for count in counts])
 
 
-def problems(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | None:
+def problem_count(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | None:
     """Return how many held-out problems the evaluations scored (None when they do not say)."""
     evaluations = [run["after"] for run in results["runs"].values()] if sampled is None else list(sampled.values())
     return next((e["overall"]["n"] for e in evaluations if "n" in e["overall"]), None)
@@ -83,7 +83,7 @@ def paired_table(
     without GRPO gets one line saying so."""
     if comparisons is None and BASE not in results["summary"]:
         return f"No `{BASE}` variant in this study, so no paired differences from GRPO.\n"
-    size = problems(results, source)
+    size = problem_count(results, source)
     by_variant = {v: scores(results, v, source, metric) for v in results["summary"]}
     pairs = comparisons or against_base(results)
     rows = {(v, b): paired_difference(by_variant[v], by_variant[b], size) for v, b in pairs}

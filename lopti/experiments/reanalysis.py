@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.experiments.compare_report import sampled_evaluations
-from lopti.experiments.paired_tables import collapse_table, decodings, paired_table, problems
+from lopti.experiments.paired_tables import collapse_table, decodings, paired_table, problem_count
 from lopti.experiments.statistics import smallest_p
 
 # variant − base: does the split add anything beyond a second pass or a random split; does each part of
@@ -46,7 +46,7 @@ def reanalyse(folder: Path, title: str | None = None) -> str:
         "",
     ]
     for name, (source, metric) in decodings(sampled).items():
-        size = problems(results, source)
+        size = problem_count(results, source)
         parts += [f"### {name}, {size} held-out problems", "", "Against GRPO:", ""]
         parts.append(paired_table(results, source, metric))
         pairs = contrasts(list(results["summary"]))
