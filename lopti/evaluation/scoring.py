@@ -90,9 +90,7 @@ def summarise(records: list[dict[str, Any]], group: str, samples: int, temperatu
     """Return metrics per group value and overall from `judge_rows` records, and the samples the judge raised on.
 
     accuracy = mean over samples (avg@k); pass@k for k = 1 and `samples` (unbiased); format_error = share
-    of samples that are not well formed; length = mean completion tokens. `correct_per_problem` keeps each
-    problem's number of correct samples, in the held-out order, so that a study can resample the problems
-    (lopti.experiments.statistics).
+    of samples that are not well formed; length = mean completion tokens.
     """
     per_group: dict[Any, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
@@ -113,7 +111,7 @@ def summarise(records: list[dict[str, Any]], group: str, samples: int, temperatu
     overall = {name: sum(v) / len(v) for name, v in everything.items()} | {"n": len(records)}
     errors = sum(record.get("judge_errors", 0) for record in records)  # a record without the count has none
     result = {"group": group, "per_group": table, "overall": overall, "samples": samples, "temperature": temperature}
-    return result | {"judge_errors": errors, "correct_per_problem": [sum(record["correct"]) for record in records]}
+    return result | {"judge_errors": errors}
 
 
 def evaluate_rows(

@@ -21,7 +21,7 @@ def scores(
     results: dict[str, Any], variant: str, sampled: dict[str, dict] | None = None, metric: str = "accuracy"
 ) -> dict[int, Scores]:
     """Return seed → held-out `metric` after RL (all groups) of the variant's runs, greedy or from `sampled`: per
-    problem (an array in the held-out order) when the evaluations kept `correct_per_problem`, else overall."""
+    problem (an array in the held-out order) when the evaluations kept their per-prompt records, else overall."""
     runs = {name: run for name, run in results["runs"].items() if run["variant"] == variant}
     evaluations = {
         run["seed"]: run["after"] if sampled is None else sampled[name]
@@ -32,14 +32,15 @@ def scores(
 
 
 def per_problem(evaluation: dict[str, Any], metric: str) -> Scores:
-    """Return an evaluation's `metric` (accuracy, or pass@k) per problem when it kept the counts, else overall."""
-    counts, samples = evaluation.get("correct_per_problem"), evaluation.get("samples", 1)
-    if counts is None:
+    """Return an evaluation's `metric` (accuracy, or pass@k) per problem from its per-prompt records ("records",
+    `lopti.evaluation.scoring.evaluate_rows`), or overall when it kept none."""
+    records = evaluation.get("records")
+    if not records:
         return evaluation["overall"][metric]
     if metric == "accuracy":
-        return np.array(counts, dtype=float) / samples
+        return np.array([sum(record["correct"]) / len(record["correct"]) for record in records])
     k = int(metric.removeprefix("pass@"))
-    return np.array([pass_at_k(samples, count, k) for count in counts])
+    return np.array([pass_at_k(len(record["correct"]), sum(record["correct"]), k) for record in records])
 
 
 def problem_count(results: dict[str, Any], sampled: dict[str, dict] | None) -> int | None:

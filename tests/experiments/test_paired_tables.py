@@ -1,5 +1,5 @@
-"""Per-problem scores: the evaluation keeps each problem's correct count, and the paired tables resample the
-problems from it, pairing them across runs."""
+"""Per-problem scores: from an evaluation's per-prompt records the paired tables resample the problems, pairing
+them across runs."""
 
 import numpy as np
 import pytest
@@ -12,14 +12,14 @@ def record(correct):
     return {"group": 3, "correct": correct, "well_formed": [True] * len(correct), "length": [5] * len(correct)}
 
 
-def test_the_evaluation_keeps_each_problems_correct_count_and_scores_follow_it():
-    evaluation = summarise([record([0, 0, 0, 0]), record([1, 0, 0, 0]), record([1, 1, 1, 1])], "people", 4, 1.0)
-    assert evaluation["correct_per_problem"] == [0, 1, 4]
+def test_scores_per_problem_follow_the_evaluations_records():
+    records = [record([0, 0, 0, 0]), record([1, 0, 0, 0]), record([1, 1, 1, 1])]
+    evaluation = summarise(records, "people", 4, 1.0) | {"records": records}  # as evaluate_rows returns it
     assert per_problem(evaluation, "accuracy") == pytest.approx([0.0, 0.25, 1.0])
     assert per_problem(evaluation, "pass@4") == pytest.approx([0.0, 1.0, 1.0])
     assert per_problem(evaluation, "pass@1") == pytest.approx([0.0, 0.25, 1.0])
     assert np.mean(per_problem(evaluation, "accuracy")) == pytest.approx(evaluation["overall"]["accuracy"])
-    old = {key: value for key, value in evaluation.items() if key != "correct_per_problem"}  # kept no counts
+    old = {key: value for key, value in evaluation.items() if key != "records"}  # an evaluation without records
     assert per_problem(old, "accuracy") == evaluation["overall"]["accuracy"]
 
 
@@ -32,7 +32,7 @@ def test_paired_problems_give_a_tighter_interval_than_two_binomials():
         better[np.flatnonzero(solved == 0)[:8]] = 1  # the variant solves 8 more problems (+2 points) per seed
         for variant, counts in (("grpo", solved), ("lopti", better)):
             overall = {"accuracy": counts.mean(), "n": 400}
-            after = {"overall": overall, "samples": 1, "correct_per_problem": list(counts)}
+            after = {"overall": overall, "samples": 1, "records": [record([int(c)]) for c in counts]}
             runs[f"{variant}-s{seed}"] = {"variant": variant, "seed": seed, "after": after}
     results = {"runs": runs, "summary": {"grpo": {}, "lopti": {}}}
     row = paired_table(results, None).splitlines()[2]
@@ -43,7 +43,7 @@ def test_paired_problems_give_a_tighter_interval_than_two_binomials():
     low, high = (float(x) for x in cells[4].strip("[]").split(", "))
     assert 0.4 < low < 2.0 < high < 3.6
     for run in runs.values():
-        del run["after"]["correct_per_problem"]
+        del run["after"]["records"]
     unpaired = paired_table(results, None).splitlines()[2].split(" | ")[4]
     low, high = (float(x) for x in unpaired.strip("[]").split(", "))
     assert high - low > 10
