@@ -31,7 +31,6 @@ docs/performance.md has the profile and the measurements.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -50,6 +49,8 @@ from transformers.generation import (
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from lopti.train.draws import draw_by_inverse_cdf, draw_like_multinomial, draws_like_multinomial
 
 # processors that change each row's scores from that row's logits only, with no per-row state: on the rows still
 # sampling they give what they give those rows in the whole batch. (Generate's repetition penalty keeps each row's
@@ -126,37 +127,6 @@ def sampling_cache(model: torch.nn.Module, capacity: int) -> Cache:
     if not dynamic.layers or any(type(layer) is not DynamicLayer for layer in dynamic.layers):
         return dynamic
     return Cache(layers=[PreallocatedLayer(capacity) for _ in dynamic.layers])
-
-
-def draw_like_multinomial(probs: torch.Tensor, rows: torch.Tensor, all_rows: int) -> torch.Tensor:
-    """Return the tokens `torch.multinomial(p, 1)` samples for the rows `rows` of an (`all_rows`, vocabulary) tensor
-    p, given their probabilities `probs`: argmax(p / q) per row, with the Exp(1) noise q drawn for all the rows of p
-    as multinomial draws it, so the random numbers consumed are the same."""
-    noise = torch.empty((all_rows, probs.size(-1)), dtype=probs.dtype, device=probs.device).exponential_()
-    return (probs / noise[rows]).argmax(dim=-1)
-
-
-def draw_by_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
-    """Return one token per row of `probs` (rows, vocabulary), sampled with one uniform number per row: the first
-    token whose cumulative probability exceeds it. The distribution is multinomial's, at a fraction of its cost:
-    multinomial draws an Exp(1) number for every entry of the vocabulary, of every row, at every step."""
-    cumulative = probs.cumsum(dim=-1)
-    uniform = torch.rand(len(probs), 1, dtype=cumulative.dtype, device=cumulative.device) * cumulative[:, -1:]
-    return torch.searchsorted(cumulative, uniform, right=True).clamp(max=probs.size(-1) - 1).squeeze(-1)
-
-
-@functools.cache
-def draws_like_multinomial() -> bool:
-    """Return True if this torch's `multinomial` draws one sample per row as `draw_like_multinomial` does."""
-    probs = torch.rand(8, 50, generator=torch.Generator().manual_seed(0)).softmax(dim=-1)
-    state = torch.get_rng_state()
-    try:
-        expected = torch.multinomial(probs, num_samples=1).squeeze(1)
-        torch.set_rng_state(state)
-        ours = draw_like_multinomial(probs, torch.arange(8), 8)
-    finally:
-        torch.set_rng_state(state)
-    return torch.equal(ours, expected)
 
 
 class SharedPrompt(NamedTuple):

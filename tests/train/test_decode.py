@@ -9,7 +9,8 @@ from transformers import AttentionInterface, AutoModelForCausalLM, GenerationCon
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lopti.train import decode, packing
-from lopti.train.decode import MATMUL_DECODE, SharedPrompt, draws_like_multinomial, single_query_attention
+from lopti.train.decode import MATMUL_DECODE, SharedPrompt, single_query_attention
+from lopti.train.draws import draw_by_inverse_cdf, draws_like_multinomial
 from lopti.train.packing import shared_prefill_generate
 
 MANY_ENDS = list(range(3, 30))  # end-of-sequence tokens common enough that rows end at different steps
@@ -397,7 +398,7 @@ def test_a_short_shared_start_is_prefilled_with_each_prompt():
 def test_inverse_cdf_draws_follow_the_probabilities_and_never_a_zero_one():
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 1.0]]).repeat(20_000, 1)
     torch.manual_seed(0)
-    tokens = decode.draw_by_inverse_cdf(probs).view(20_000, 2)
+    tokens = draw_by_inverse_cdf(probs).view(20_000, 2)
     shares = torch.bincount(tokens[:, 0], minlength=4) / 20_000
     assert torch.allclose(shares, torch.tensor([0.5, 0.0, 0.3, 0.2]), atol=0.015)  # 4.5 standard errors
     assert (tokens[:, 1] == 3).all()
