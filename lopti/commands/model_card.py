@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from transformers import SchedulerType
+from transformers import SchedulerType, TrainerCallback
 
 from lopti.commands.report import eval_table
 from lopti.models.loading import EMBEDDED_MODELS
@@ -159,11 +159,12 @@ def write_model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig) -> Pa
     return path
 
 
-def use_lopti_model_card(trainer, run: RunConfig) -> None:
-    """Make the trainer write lopti's card wherever TRL would write its own (at every checkpoint)."""
+class LoptiModelCard(TrainerCallback):
+    """Write lopti's card over the one TRL writes into output_dir at every checkpoint (`on_save` follows it)."""
 
-    def create_model_card(*args, **kwargs) -> None:
-        if trainer.is_world_process_zero():
-            write_model_card(Path(trainer.args.output_dir), run, trainer.args)
+    def __init__(self, run: RunConfig) -> None:
+        self.run = run
 
-    trainer.create_model_card = create_model_card  # only this trainer: TRL's class keeps its card
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_model_card(Path(args.output_dir), self.run, args)

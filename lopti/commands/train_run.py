@@ -16,19 +16,21 @@ import functools
 import json
 import os
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 import yaml
+from datasets import Dataset
 from transformers import TrainerCallback
 
 from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
 from lopti.commands.lengths import check_lengths
-from lopti.commands.model_card import method_line, use_lopti_model_card, write_model_card
+from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
 from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
 from lopti.commands.settings import RunConfig
@@ -37,6 +39,7 @@ from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.fast_path import is_sharded
 from lopti.train.packing import fast_generation, packing_applies
 from lopti.train.precision import precision_words
@@ -191,8 +194,23 @@ def peft_config(run: RunConfig):
     )
 
 
-def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTrainer:
-    """Return a ready LoptiGRPOTrainer; every check that needs no compute happens first."""
+@dataclass(frozen=True)
+class Training:
+    """A ready trainer with what `lopti train` evaluates it on: the held-out rows, and the folder (or embedded
+    model's name) the weights before training come from."""
+
+    trainer: LoptiGRPOTrainer
+    eval_rows: Dataset
+    model_path: str
+
+
+def trainer_class(args: LoptiGRPOConfig) -> type[LoptiGRPOTrainer]:
+    """Return the trainer for the device the run trains on: with the CPU fast path on the CPU, TRL's paths elsewhere."""
+    return CpuLoptiGRPOTrainer if args.cpu_fast_path and args.device.type == "cpu" else LoptiGRPOTrainer
+
+
+def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
+    """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
     task_rewards(run, weights)  # check names and weights before anything is loaded
     args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
@@ -207,7 +225,7 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
     prompts = [*train["prompt"], *(evaluation["prompt"] if run.evaluate else [])]
     check_lengths(run.model, model_path, tokenizer, prompts, budgets)
     funcs, args.reward_weights = task_rewards(run, weights, tokenizer)
-    trainer = LoptiGRPOTrainer(
+    trainer = trainer_class(args)(
         model=load_model(model_path),
         reward_funcs=funcs,
         args=args,
@@ -215,17 +233,14 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         eval_dataset=evaluation if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config(run),
-        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps()],
+        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run)],
     )
-    trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
-    trainer.lopti_model_path = model_path  # where the weights before training come from
     use_lopti_console(trainer, "RL", rl_columns(get_task(run.task), args.probability_buckets))
-    use_lopti_model_card(trainer, run)
-    return trainer
+    return Training(trainer, evaluation, model_path)
 
 
 def held_out_eval(
-    trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds: dict, label: str, cache_key: str | None = None
+    training: Training, run: RunConfig, out: Path, seconds: dict, label: str, cache_key: str | None = None
 ) -> dict:
     """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
 
@@ -234,7 +249,7 @@ def held_out_eval(
     With a `cache_key` (`eval_cache.evaluation_key`), an evaluation already made under it is reused.
     """
     started = time.time()
-    rows = list(trainer.lopti_eval_rows)
+    trainer, rows = training.trainer, list(training.eval_rows)
     task = get_task(run.task)
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
@@ -272,10 +287,11 @@ def held_out_eval(
     return result
 
 
-def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
+def start_eval_key(training: Training, run: RunConfig) -> str | None:
     """Return the cache key of the evaluation before training, when the model is a folder with a manifest."""
     if run.lora_r > 0:
         return None
+    trainer = training.trainer
     settings = {
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
@@ -283,7 +299,7 @@ def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
         "sampling": "inverse-cdf",
         "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
     }  # fmt: skip
-    return evaluation_key(trainer.lopti_model_path, list(trainer.lopti_eval_rows), settings)
+    return evaluation_key(training.model_path, list(training.eval_rows), settings)
 
 
 def sampled_path(out: Path) -> Path:
@@ -358,7 +374,8 @@ def _train_locked(
     elif main_process:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # left by a run killed before its first checkpoint
     started = time.time()
-    trainer = build_trainer(run, dict(trainer_kwargs))
+    training = build_trainer(run, dict(trainer_kwargs))
+    trainer = training.trainer
     seconds["setup"] = time.time() - started
     end_group = end_wait_group(trainer)
     main_process = trainer.is_world_process_zero()
@@ -367,7 +384,7 @@ def _train_locked(
     if run.evaluate:
         path = run_dir / "eval_before.json"
         before = (
-            held_out_eval(trainer, run, path, seconds, "eval before", start_eval_key(trainer, run))
+            held_out_eval(training, run, path, seconds, "eval before", start_eval_key(training, run))
             if path.name in todo
             else saved_eval(path, run)
         )
@@ -390,7 +407,8 @@ def _train_locked(
     # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes
     if run.evaluate and (main_process or is_sharded(trainer)):
         path = run_dir / "eval_after.json"
-        after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
+        done = path.name not in todo
+        after = saved_eval(path, run) if done else held_out_eval(training, run, path, seconds, "eval after")
         if main_process:
             precision = precision_words(trainer.args.bf16, trainer.accelerator.device.type == "cpu")
             write_report(run_dir, before, after, seconds, method_line(trainer.args), precision)

@@ -50,9 +50,9 @@ def train_killed_at_step_3(settings, monkeypatch):
     build = run_module.build_trainer
 
     def build_with_kill(run, kwargs):
-        trainer = build(run, kwargs)
-        trainer.add_callback(Kill())
-        return trainer
+        training = build(run, kwargs)
+        training.trainer.add_callback(Kill())
+        return training
 
     monkeypatch.setattr(run_module, "build_trainer", build_with_kill)
     with pytest.raises(KeyboardInterrupt):
