@@ -25,7 +25,7 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from lopti.cli import DEFAULT_RECIPES
+from lopti.cli import default_recipe
 from lopti.commands.fields import read_yaml
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import build_trainer
@@ -125,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=3, help="generated batches per run; the first is dropped")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--config", default=str(DEFAULT_RECIPES["kk"]), help="the recipe to profile")
+    parser.add_argument("--config", default=str(default_recipe("kk")), help="the recipe to profile")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     parser.add_argument("--packed-only", action="store_true", help="profile the fast path alone")
     args = parser.parse_args()

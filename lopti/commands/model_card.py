@@ -17,6 +17,7 @@ from transformers import SchedulerType, TrainerCallback
 
 from lopti.commands.report import eval_table
 from lopti.models.loading import EMBEDDED_MODELS
+from lopti.tasks.registry import get_task
 
 if TYPE_CHECKING:
     from lopti.commands.settings import RunConfig
@@ -62,13 +63,8 @@ def is_hub_id(model: str) -> bool:
 
 def task_words(run: RunConfig) -> str:
     """Return the task and its data in one line."""
-    if run.task == "kk":
-        data = f"{run.people} people, {run.train_puzzles} generated puzzles per size"
-    elif run.train_file:
-        data = f"problems from {run.train_file}"
-    else:
-        data = f"levels {run.levels}, {run.train_puzzles} generated problems per level"
-    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.rewards)})"
+    data = get_task(run.task).describe_data(run)
+    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.reward_names())})"
 
 
 def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:

@@ -18,7 +18,7 @@ from lopti.commands.command_line import load_yaml
 from lopti.commands.fields import check_keys, check_values, field_names, settings_fields
 from lopti.errors import UserError, check_output_folder
 from lopti.models.loading import MODEL_HELP
-from lopti.tasks.registry import TaskData
+from lopti.tasks.registry import TaskData, get_task
 from lopti.train.config import LoptiGRPOConfig
 
 
@@ -27,10 +27,10 @@ class RunConfig(TaskData):
     """What to train: model, task data (`TaskData`), rewards, LoRA, resume and the held-out evaluation."""
 
     model: str = field(default="tiny", metadata={"help": MODEL_HELP})
-    rewards: list[str] = field(
-        default_factory=lambda: ["logic_rl"],
+    rewards: list[str] | None = field(
+        default=None,
         metadata={
-            "help": "Reward functions (kk: logic_rl, strict, partial, lenient, accuracy; math: math, math_format).",
+            "help": "Reward functions, from the task's own (lopti.tasks); null: the task's default ones.",
             "min_items": 1,
         },
     )
@@ -68,6 +68,10 @@ class RunConfig(TaskData):
             "min": 0,
         },
     )
+
+    def reward_names(self) -> list[str]:
+        """Return the reward functions the run trains on: `rewards`, or the task's default ones."""
+        return list(self.rewards or get_task(self.task).default_rewards)
 
 
 # transformers' named choices, checked with the key named (transformers' own error names only the enum)

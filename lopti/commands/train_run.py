@@ -24,8 +24,8 @@ from typing import Any
 import torch.distributed as dist
 import yaml
 from datasets import Dataset
-from transformers import TrainerCallback
 
+from lopti.commands.callbacks import MetricsLog, StopAtMaxSteps, TrainingEnded, drop_metrics_after
 from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
@@ -54,35 +54,6 @@ EVAL_BATCH_SIZE = 512
 # evaluates the held-out set alone after training, for as long as that takes, so the wait has no practical bound:
 # a process that dies closes its sockets, which ends the others' wait at once, and the launcher stops them.
 END_WAIT = timedelta(days=7)
-
-
-class MetricsLog(TrainerCallback):
-    """Append every log of the trainer to metrics.jsonl, so a run can be plotted without tensorboard."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and state.is_world_process_zero:
-            with self.path.open("a") as handle:
-                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-
-class TrainingEnded(Exception):
-    """Raised by `StopAtMaxSteps` when a resumed run has no step left to train."""
-
-
-class StopAtMaxSteps(TrainerCallback):
-    """Stop a run resumed at max_steps before the Trainer takes a step.
-
-    transformers checks max_steps only after each optimizer step, so resuming from the last checkpoint
-    would train one step more (and overwrite final/). By the first step's start the checkpoint's
-    weights are loaded, so stopping there leaves the trainer holding the finished model.
-    """
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step >= state.max_steps:
-            raise TrainingEnded
 
 
 def sharding_of(trainer: LoptiGRPOTrainer) -> str | None:
@@ -128,31 +99,6 @@ def end_together(trainer: LoptiGRPOTrainer, group: dist.ProcessGroup | None) -> 
     trainer.accelerator.end_training()
 
 
-def drop_metrics_after(path: Path, step: int) -> None:
-    """Keep only the metric lines up to `step`, so a resumed run does not log a step twice.
-
-    A kill or a full disk can leave the last line cut short or blank: it is dropped. A damaged line
-    before the last cannot come from an interruption, so it is an error naming the file and line.
-    """
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines()
-    kept = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                print(f"{path}: dropped its last line, cut short by an interruption")
-                break
-            raise ValueError(f"{path} line {number} is not valid JSON; repair or delete that line to resume") from None
-        if record.get("step", 0) <= step:
-            kept.append(line)
-    write_atomic(path, "".join(line + "\n" for line in kept))
-
-
 def task_datasets(run: RunConfig):
     """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
     from datasets import Dataset
@@ -166,16 +112,16 @@ def task_rewards(run: RunConfig, weights: list[float] | None, tokenizer=None) ->
 
     With a tokenizer, a completion that did not end on its end-of-sequence token earns no reward.
     """
-    task = get_task(run.task)
-    unknown = [name for name in run.rewards if name not in task.rewards]
+    task, names = get_task(run.task), run.reward_names()
+    unknown = [name for name in names if name not in task.rewards]
     if unknown:
         raise ValueError(f"unknown {task.name} reward(s) {', '.join(unknown)}; choose from {', '.join(task.rewards)}")
-    if weights is not None and len(weights) != len(run.rewards):
-        raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(run.rewards)}")
+    if weights is not None and len(weights) != len(names):
+        raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(names)}")
     ids = {} if tokenizer is None else dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    funcs = [task.make_reward(name, **ids) for name in run.rewards]
+    funcs = [task.make_reward(name, **ids) for name in names]
     weights = list(weights) if weights is not None else [1.0] * len(funcs)
-    if task.accuracy_reward not in run.rewards:
+    if task.accuracy_reward not in names:
         funcs.append(task.make_reward(task.accuracy_reward, **ids))
         weights.append(0.0)
     return funcs, weights

@@ -37,6 +37,7 @@ from lopti.core import (
     cispo_policy_loss,
     lopti_phase,
     make_credit_steps,
+    named_credit_steps,
     sapo_policy_loss,
     split_seed,
     token_advantages,
@@ -73,23 +74,6 @@ AGGREGATION_OF_LOSS_TYPE = {
 }
 # Loss types that TRL normalises over the tokens of the whole accumulation window, not per micro-batch.
 WINDOW_NORMALISED_LOSS_TYPES = ("dapo", "cispo")
-
-
-def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None) -> dict[str, CreditStep]:
-    """Return user credit steps by name: a mapping as given, callables by their __name__."""
-    if steps is None:
-        return {}
-    if isinstance(steps, Mapping):
-        return dict(steps)
-    named = {}
-    for step in steps if isinstance(steps, (list, tuple)) else [steps]:
-        if not callable(step):
-            raise ValueError(f"token_credit: expected a callable credit step, got {step!r}")
-        name = getattr(step, "__name__", type(step).__name__)
-        if name in named:
-            raise ValueError(f"token_credit: two credit steps named {name!r}; pass a dict to name them")
-        named[name] = step
-    return named
 
 
 def _loss_mask(inputs: dict) -> torch.Tensor:
@@ -142,7 +126,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
         if not isinstance(args, LoptiGRPOConfig):
             raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
         self._credit_steps = {**make_credit_steps(args.token_credit, args.token_credit_kwargs)}
-        for name, step in _named_steps(token_credit).items():
+        for name, step in named_credit_steps(token_credit).items():
             if name in self._credit_steps or name in BUILT_IN_STEPS:
                 raise ValueError(f"token_credit: a credit step named {name!r} is already in use; pass a dict to rename")
             self._credit_steps[name] = step
