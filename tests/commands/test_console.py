@@ -16,6 +16,7 @@ from lopti.console import SFT_COLUMNS, ConsoleCallback, compact_line, rl_columns
 from lopti.evaluation.scoring import summarise
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 
 QUARTILES = [0.0, 0.25, 0.5, 0.75, 1.0]
 RL_LOG = {
@@ -174,6 +175,7 @@ def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir
     )  # fmt: skip
     run, trainer_kwargs = split(settings)
     trainer = run_module.build_trainer(run, dict(trainer_kwargs)).trainer
+    assert isinstance(trainer, CpuLoptiGRPOTrainer)  # on the CPU, lopti train takes the fast path
     kinds = {type(c) for c in trainer.callback_handler.callbacks}
     assert ConsoleCallback in kinds and not kinds & {ProgressCallback, PrinterCallback}
     # what a checkpoint does: TRL's _save_checkpoint writes TRL's card, then the Trainer calls the callbacks' on_save
