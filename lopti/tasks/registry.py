@@ -1,17 +1,23 @@
 """The tasks `lopti` knows, by name: K&K and math, and any a user registers.
 
-Adding a task is a folder with its `Task` record (lopti/tasks/task.py says what each field is for) and one call:
-`register_task(task)`, here for the shipped ones, or in your own code before `lopti.cli.main` runs
-(tests/tasks/test_toy_task.py adds integer addition this way and runs `lopti data`, `train` and `eval` on it).
+Adding a task is a folder with its `Task` record (lopti/tasks/task.py says what each field is for) and one entry:
+here for the shipped ones; `register_task(task)` in your own code before `lopti.cli.main` runs
+(tests/tasks/test_toy_task.py adds integer addition this way and runs `lopti data`, `train` and `eval` on it); or,
+for the `lopti` command itself, an installed package's entry point in the group "lopti.tasks" that names a Task.
 """
 
 from __future__ import annotations
+
+from importlib.metadata import entry_points
 
 from lopti.tasks.kk.task import KK
 from lopti.tasks.math.task import MATH
 from lopti.tasks.task import Task, TaskData, task_data_field
 
-__all__ = ["DEFAULT_TASK", "TASKS", "Task", "TaskData", "get_task", "register_task", "task_data_field"]
+__all__ = [
+    "DEFAULT_TASK", "TASKS", "Task", "TaskData", "get_task", "register_installed_tasks", "register_task",
+    "task_data_field",
+]  # fmt: skip
 
 TASKS: dict[str, Task] = {}
 # the task `lopti train` and `lopti compare` take their recipe from when neither --task nor --config is given
@@ -33,5 +39,12 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
+def register_installed_tasks() -> None:
+    """Register the Task that each installed package's "lopti.tasks" entry point names."""
+    for entry in entry_points(group="lopti.tasks"):
+        register_task(entry.load())
+
+
 for shipped in (KK, MATH):
     register_task(shipped)
+register_installed_tasks()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,11 @@ def test_a_registered_task_runs_through_data_train_and_eval(addition_task, tiny_
 def test_a_task_name_is_registered_once(addition_task):
     with pytest.raises(ValueError, match="already registered"):
         registry.register_task(Task(**{**ADDITION.__dict__}))
+
+
+def test_an_installed_package_adds_a_task_through_its_entry_point(monkeypatch):
+    monkeypatch.setattr(registry, "TASKS", dict(registry.TASKS))
+    entry = EntryPoint(name="addition", value=f"{__name__}:ADDITION", group="lopti.tasks")
+    monkeypatch.setattr(registry, "entry_points", lambda group: [entry] if group == "lopti.tasks" else [])
+    registry.register_installed_tasks()
+    assert registry.get_task("addition") is ADDITION
