@@ -40,7 +40,7 @@ from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.cpu import CpuLoptiGRPOTrainer
-from lopti.train.fast_path import is_sharded
+from lopti.train.fast_path import CpuFastPath, is_sharded
 from lopti.train.packing import fast_generation, packing_applies
 from lopti.train.precision import precision_words
 from lopti.train.trainer import LoptiGRPOTrainer
@@ -204,13 +204,17 @@ def held_out_eval(
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
     model = trainer.accelerator.unwrap_model(trainer.model)
-    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path) and not is_sharded(trainer)
+    fast = (  # the CPU trainer's generation: LoptiGRPOTrainer's is TRL's own
+        isinstance(trainer, CpuFastPath)
+        and packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
+        and not is_sharded(trainer)
+    )
 
     def compute() -> tuple[dict, dict | None]:
         # sampled answers from the model's distribution, not from generate's random numbers (which draw an Exp(1)
         # number per vocabulary entry per row and step: as long as the forward for a large vocabulary)
-        weights = trainer.generation_weights(model)
-        with fast_generation(model, weights, same_draws=False) if fast else contextlib.nullcontext():
+        fast_context = fast_generation(model, trainer.generation_weights(model), same_draws=False) if fast else None
+        with fast_context or contextlib.nullcontext():
             greedy = evaluate(rows=rows)
             return greedy, evaluate(
                 rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature
