@@ -26,13 +26,13 @@ from step_time import SHAPES, one_run, spread  # bench/ is the script's folder, 
 from lopti.core import PRESETS, aggregate_loss, make_credit_steps, token_objective
 from lopti.models.loading import resolve_model
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.trainer import LoptiGRPOTrainer
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 
 BASELINE = "grpo"
 VARIANTS = {
-    BASELINE: (LoptiGRPOTrainer, LoptiGRPOConfig, {}),
-    **{name: (LoptiGRPOTrainer, LoptiGRPOConfig, {"token_credit": [name]}) for name in PRESETS},
-    "ar+stapo": (LoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3, "token_credit": ["stapo"]}),
+    BASELINE: (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {}),
+    **{name: (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {"token_credit": [name]}) for name in PRESETS},
+    "ar+stapo": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3, "token_credit": ["stapo"]}),
 }
 
 

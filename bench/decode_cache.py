@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
 
-from lopti.cli import DEFAULT_RECIPES
+from lopti.cli import default_recipe
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import EVAL_BATCH_SIZE, task_datasets
 from lopti.evaluation.generation import generate
@@ -48,7 +48,7 @@ def main() -> None:
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model {args.model}: not a model folder (no config.json)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    run, _ = split(resolve(DEFAULT_RECIPES["kk"], {"output_dir": "/tmp/lopti-bench/decode-cache"}))
+    run, _ = split(resolve(default_recipe("kk"), {"output_dir": "/tmp/lopti-bench/decode-cache"}))
     train, held_out = task_datasets(run)[:2]
     model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -16,7 +16,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lopti.cli import DEFAULT_RECIPES
+from lopti.cli import default_recipe
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.evaluation.scoring import evaluate_rows
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--batch_sizes", default="64,128,256,512,900")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    run, _ = split(resolve(DEFAULT_RECIPES["kk"], {"output_dir": "/tmp/lopti-bench/eval-batch"}))
+    run, _ = split(resolve(default_recipe("kk"), {"output_dir": "/tmp/lopti-bench/eval-batch"}))
     rows = list(task_datasets(run)[1])
     model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -76,11 +76,12 @@ def train(name: str, model_dir: Path, prompts, options: dict, batches: int, cuda
     from trl import GRPOConfig, GRPOTrainer
 
     from lopti.train.config import LoptiGRPOConfig
+    from lopti.train.fast_path import CpuFastPath
     from lopti.train.trainer import LoptiGRPOTrainer
 
     lopti_options = {"grpo": {}, "ar+lopti": {"ar_alpha": 0.3, "lopti": True, "num_iterations": 2}}.get(name)
     config = GRPOConfig if lopti_options is None else LoptiGRPOConfig
-    extra = {} if lopti_options is None else {**lopti_options, "cpu_fast_path": False}  # TRL's own paths
+    extra = {} if lopti_options is None else lopti_options
     steps_per_batch = 2 if name == "ar+lopti" else 1
     args = config(output_dir=tempfile.mkdtemp(), max_steps=batches * steps_per_batch, **options, **extra)
     trainer = (GRPOTrainer if lopti_options is None else LoptiGRPOTrainer)(
@@ -95,8 +96,7 @@ def train(name: str, model_dir: Path, prompts, options: dict, batches: int, cuda
     trainer.train()
     device = trainer.accelerator.device
     assert (device.type == "cuda") == cuda, device
-    if lopti_options is not None:  # every forward and the rollout were TRL's
-        assert not trainer._fast_path_applies(trainer.model, device)
+    assert not isinstance(trainer, CpuFastPath)  # every forward and the rollout were TRL's
     per_batch = [sum(timer.seconds[i : i + steps_per_batch]) for i in range(0, len(timer.seconds), steps_per_batch)]
     return {"seconds_per_batch": sum(per_batch[1:]) / len(per_batch[1:]), "batches_timed": len(per_batch) - 1}
 

@@ -25,7 +25,7 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from lopti.cli import DEFAULT_RECIPES
+from lopti.cli import default_recipe
 from lopti.commands.fields import read_yaml
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import build_trainer
@@ -65,7 +65,7 @@ def one_run(config: str, changes: dict, batches: int, cpu_fast_path: bool) -> di
     settings |= {"max_steps": passes * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
                  "report_to": [], "save_strategy": "no", "evaluate": False, "cpu_fast_path": cpu_fast_path}  # fmt: skip
     run, trainer_kwargs = split(settings)
-    trainer = build_trainer(run, trainer_kwargs)
+    trainer = build_trainer(run, trainer_kwargs).trainer
     times = collections.defaultdict(list)
     for name, label in (("_generate_single_turn", "generate"), ("_generate_and_score_completions", "scoring"),
                         ("_calculate_rewards", "rewards"), ("training_step", "training_step")):  # fmt: skip
@@ -125,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=3, help="generated batches per run; the first is dropped")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--config", default=str(DEFAULT_RECIPES["kk"]), help="the recipe to profile")
+    parser.add_argument("--config", default=str(default_recipe("kk")), help="the recipe to profile")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     parser.add_argument("--packed-only", action="store_true", help="profile the fast path alone")
     args = parser.parse_args()

@@ -30,7 +30,7 @@ from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.math.data import math_records
 from lopti.tasks.math.generate import generate_problems
 from lopti.tasks.math.prompts import render_prompt
-from lopti.tasks.registry import math_judge
+from lopti.tasks.math.task import math_judge
 from lopti.train.packing import fast_generation
 
 TEMPLATES = ("chat", "chat-example")

@@ -9,8 +9,8 @@ The learning rate is tiny (1e-9) so that every variant generates the same comple
 which dominates a CPU step, is then equal across variants and the ratios measure the update. The first RL
 step of each run (warm-up) is dropped; variants run in a rotating order each round.
 
-The CPU fast path (`cpu_fast_path`: each prompt once per group in the log-prob forwards) is on in every variant
-but the "padded" ones, which turn it off, so TRL's and the fast path's code paths run interleaved in the same run;
+The CPU fast path (`CpuLoptiGRPOTrainer`: each prompt once per group in the log-prob forwards) runs in every lopti
+variant but the "padded" ones, which are `LoptiGRPOTrainer` on TRL's code paths, interleaved in the same run;
 each variant also reports its update throughput against the matmul peak (6 · parameters · tokens · passes / update
 seconds) and its rollout generation speed (completion tokens / seconds in `generate`).
 
@@ -33,13 +33,14 @@ from lopti.commands.settings import RunConfig
 from lopti.models.loading import load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.trainer import LoptiGRPOTrainer
 
 VARIANTS = {
     "trl": (GRPOTrainer, GRPOConfig, {}),
-    "lopti-grpo": (LoptiGRPOTrainer, LoptiGRPOConfig, {}),
-    "+ar": (LoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3}),
-    "+lopti": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2}),
+    "lopti-grpo": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {}),
+    "+ar": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3}),
+    "+lopti": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2}),
     "lopti-grpo padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"cpu_fast_path": False}),
     "+lopti padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2, "cpu_fast_path": False}),
 }

@@ -23,12 +23,12 @@ import step_time  # bench/step_time.py: this script runs from bench/ (python ben
 
 from lopti.models.loading import resolve_model
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.trainer import LoptiGRPOTrainer
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.update_quality import UpdateQuality
 
 LOPTI = {"ar_alpha": 0.3, "lopti": True, "num_iterations": 2}
 VARIANTS = {
-    name: (LoptiGRPOTrainer, LoptiGRPOConfig, extra)
+    name: (CpuLoptiGRPOTrainer, LoptiGRPOConfig, extra)
     for name, extra in {
         "grpo": {},
         "grpo+quality": {"update_quality_every": 1},

@@ -1,4 +1,4 @@
-"""The `lopti` command: `lopti train`, `lopti eval`, `lopti compare`, `lopti analyze`, `lopti data kk|math`.
+"""The `lopti` command: `lopti train`, `lopti eval`, `lopti compare`, `lopti analyze`, `lopti data TASK`.
 
 Each command's settings are dataclasses; their fields are its --flags, with their help and defaults
 (`lopti.commands.command_line`), so this file holds only what each command does with them and how errors
@@ -32,9 +32,15 @@ from lopti.errors import (
 )
 
 RECIPES = Path(__file__).parent / "configs"
-# `lopti train` with no arguments: the first; `--task kk` the K&K one
-DEFAULT_RECIPES = {"math": RECIPES / "math-smollm2-ar-cpu.yaml", "kk": RECIPES / "kk-tiny-cpu.yaml"}
-DEFAULT_TASK = next(iter(DEFAULT_RECIPES))
+
+
+def default_recipe(task_name: str | None = None) -> Path | None:
+    """Return the embedded recipe `lopti train` uses for a task (with no --task: `DEFAULT_TASK`'s) without --config;
+    None where the task has none (its field defaults are the settings)."""
+    from lopti.tasks.registry import DEFAULT_TASK, get_task
+
+    recipe = get_task(task_name or DEFAULT_TASK).recipe
+    return None if recipe is None else RECIPES / recipe
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -44,15 +50,13 @@ def _train(args: argparse.Namespace) -> None:
     from lopti.train.precision import with_cpu_precision
 
     given = args.settings
-    task = str(given.get("task", DEFAULT_TASK))
-    if not args.config and task not in DEFAULT_RECIPES:
-        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(DEFAULT_RECIPES)}")
-    config = Path(args.config) if args.config else DEFAULT_RECIPES[task]
+    config = Path(args.config) if args.config else default_recipe(given.get("task"))
     # --resume: the run's own config.yaml, never the default recipe; train refuses changed settings
     settings = resumed_settings(args.config, given) if given.get("resume") else resolve(config, given)
     if "output_dir" not in settings and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("set --output_dir in a distributed launch: each process would name its own timestamped folder")
-    settings.setdefault("output_dir", str(Path("runs") / f"{config.stem}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    name = config.stem if config else settings.get("task", "run")
+    settings.setdefault("output_dir", str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"))
     args.folder = settings["output_dir"]
     settings = with_cpu_precision(settings)
     run, trainer_kwargs = split(settings)
@@ -98,7 +102,7 @@ def _compare(args: argparse.Namespace) -> None:
 
     study = make_settings(CompareConfig, args.settings)
     overrides = {k: v for k, v in args.settings.items() if k not in CompareConfig.__dataclass_fields__}
-    config = Path(study.config) if study.config else DEFAULT_RECIPES[DEFAULT_TASK]
+    config = Path(study.config) if study.config else default_recipe()
     out = args.folder = check_output_folder(study.out or Path("results") / config.stem, "--out")
     print(run_study(config, overrides, study, out, args.argv))
     print(f"results folder: {out}")
@@ -129,17 +133,15 @@ SETTINGS = {  # each command's settings dataclasses, imported only for that comm
     "eval": ("lopti.commands.eval_run:EvalConfig",),
     "analyze": ("lopti.diagnostics.analyze:AnalyzeConfig",),
     "compare": ("lopti.experiments.compare:CompareConfig", RUN, TRAINER),
-    "data kk": ("lopti.commands.data:KKData",),
-    "data math": ("lopti.commands.data:MathData",),
-}
+}  # and "data TASK": the task's own `data_settings`
 COMMANDS = {  # name: (one-line help, --help description)
     "train": (
-        "train with GRPO + AR + Lopti (default: tiny model on K&K, CPU)",
+        "train with GRPO + AR + Lopti (default: the default task's embedded CPU recipe)",
         "Settings: the field defaults, then the YAML recipe, then --key value. Without --config the task's embedded "
-        "recipe is used: kk-tiny-cpu.yaml, or math-smollm2-cpu.yaml with --task math.",
+        "recipe (lopti/configs) is used.",
     ),
     "eval": (
-        "held-out accuracy per K&K size or math level: greedy or sampled, pass@k, format errors",
+        "held-out accuracy per group of the task's prompts: greedy or sampled, pass@k, format errors",
         "Settings: the field defaults, then --config (a recipe or a run's config.yaml gives the held-out set and "
         "the answer budget), then --key value. Resumable: run the same command again to finish an interrupted run.",
     ),
@@ -155,9 +157,7 @@ COMMANDS = {  # name: (one-line help, --help description)
         "--grid, one such folder per value and grid.md, grid.json, grid.png. Any lopti train setting given here "
         "overrides the base recipe for every run.",
     ),
-    "data kk": ("Knights-and-Knaves puzzles as JSONL and Parquet", ""),
-    "data math": ("generated math word problems as JSONL and Parquet (verl schema)", ""),
-}
+}  # and "data TASK": the task's `summary`
 CONFIG, OUT = "--config FILE", "--out FOLDER"
 OPTIONS = {  # what a command reads or writes besides its settings: "--flag METAVAR": help
     "train": {CONFIG: "YAML recipe (default: the task's embedded CPU recipe)"},
@@ -179,6 +179,24 @@ def _imported(path: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def _settings_classes(name: str) -> tuple[type, ...]:
+    """Return the settings dataclasses of command `name` ("train", "data kk", ...)."""
+    if name.startswith("data "):
+        from lopti.tasks.registry import get_task
+
+        return (get_task(name[5:]).data_settings,)
+    return tuple(map(_imported, SETTINGS[name]))
+
+
+def _commands() -> dict[str, tuple[str, str]]:
+    """Return every command's (one-line help, --help description): COMMANDS and one `data TASK` per task that
+    generates data."""
+    from lopti.tasks.registry import TASKS
+
+    data = {f"data {task.name}": (task.summary, "") for task in TASKS.values() if task.data_settings is not None}
+    return COMMANDS | data
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Return the parser of the `lopti` command, with the settings flags of `command` only ("train",
     "data kk", ...): `lopti train`'s settings import TRL, which `lopti data` has no need of."""
@@ -187,7 +205,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = Parser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
     commands = parser.add_subparsers(dest="command", required=True)
     data = None
-    for name, (summary, description) in COMMANDS.items():
+    for name, (summary, description) in _commands().items():
         if name.startswith("data "):
             data = data or commands.add_parser("data", help="generate task data").add_subparsers(
                 dest="task", required=True
@@ -198,7 +216,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         for option, text in OPTIONS.get(name, {}).items():
             flag, metavar = option.split()
             sub.add_argument(flag, metavar=metavar, help=text)
-        sections = sections_of(*map(_imported, SETTINGS[name])) if name == command else ()
+        sections = sections_of(*_settings_classes(name)) if name == command else ()
         add_settings(sub, sections)
         sub.set_defaults(name=name, sections=sections)
     return parser

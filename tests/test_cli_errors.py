@@ -38,7 +38,7 @@ TRAIN = [
     (["--lopti", "maybe"], "lopti must be true or false, got 'maybe'"),
     (["--lopti_split", "sideways"], "lopti_split must be one of ('probability', 'random', 'none'), got 'sideways'"),
     (["--fixed_names", "maybe"], "fixed_names must be true or false, got 'maybe'"),
-    (["--rewards", ""], "rewards needs a value (a list of names (a,b or [a, b]))"),
+    (["--task", "kk", "--rewards", "nope"], "unknown kk reward(s) nope; choose from logic_rl, strict, partial"),
     (["--rewards", "[]"], "rewards must be a list of at least 1 name(s), got []"),
     (["--top_k", "-1"], "top_k must be ≥ 0, got -1"),
     (["--min_p", "2"], "min_p must be ≥ 0 and ≤ 1, got 2"),

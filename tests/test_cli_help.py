@@ -10,9 +10,10 @@ import yaml
 
 from lopti.cli import main
 from lopti.commands import eval_run, settings, train_run
-from lopti.commands.data import KKData, MathData
 from lopti.diagnostics.analyze import AnalyzeConfig
 from lopti.experiments.compare import CompareConfig
+from lopti.tasks.kk.task import KKData
+from lopti.tasks.math.task import MathData
 from lopti.train.config import LoptiGRPOConfig
 
 SETTINGS = {

@@ -10,8 +10,10 @@ and YAML: they build each dataclass from the YAML values as parsed, without type
 `1e-4` is a string), refuse unknown keys without naming the closest ones, report a bad flag as
 argparse's usage block rather than one line naming the key, the value and the source (file or command line), and
 build one parser per dataclass, where lopti's commands share `TaskData` keys and split one YAML file between
-`RunConfig` and `LoptiGRPOConfig`. lopti's checks (`lopti.commands.fields`) are those parts; the flags themselves
-are plain argparse, as in HfArgumentParser, including `--flag` alone for true.
+`RunConfig` and `LoptiGRPOConfig`; and they hand every key of a field's metadata to argparse, where lopti keeps
+its bounds. tests/commands/test_library_parser_gaps.py shows each of these and fails when a release closes one.
+lopti's checks (`lopti.commands.fields`) are those parts; the flags themselves are plain argparse, as in
+HfArgumentParser, including `--flag` alone for true.
 """
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from transformers import SchedulerType
+from transformers import SchedulerType, TrainerCallback
 
 from lopti.commands.report import eval_table
 from lopti.models.loading import EMBEDDED_MODELS
+from lopti.tasks.registry import get_task
 
 if TYPE_CHECKING:
     from lopti.commands.settings import RunConfig
@@ -62,13 +63,8 @@ def is_hub_id(model: str) -> bool:
 
 def task_words(run: RunConfig) -> str:
     """Return the task and its data in one line."""
-    if run.task == "kk":
-        data = f"{run.people} people, {run.train_puzzles} generated puzzles per size"
-    elif run.train_file:
-        data = f"problems from {run.train_file}"
-    else:
-        data = f"levels {run.levels}, {run.train_puzzles} generated problems per level"
-    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.rewards)})"
+    data = get_task(run.task).describe_data(run)
+    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.reward_names())})"
 
 
 def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:
@@ -159,11 +155,12 @@ def write_model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig) -> Pa
     return path
 
 
-def use_lopti_model_card(trainer, run: RunConfig) -> None:
-    """Make the trainer write lopti's card wherever TRL would write its own (at every checkpoint)."""
+class LoptiModelCard(TrainerCallback):
+    """Write lopti's card over the one TRL writes into output_dir at every checkpoint (`on_save` follows it)."""
 
-    def create_model_card(*args, **kwargs) -> None:
-        if trainer.is_world_process_zero():
-            write_model_card(Path(trainer.args.output_dir), run, trainer.args)
+    def __init__(self, run: RunConfig) -> None:
+        self.run = run
 
-    trainer.create_model_card = create_model_card  # only this trainer: TRL's class keeps its card
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_model_card(Path(args.output_dir), self.run, args)

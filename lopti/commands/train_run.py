@@ -16,19 +16,21 @@ import functools
 import json
 import os
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 import yaml
-from transformers import TrainerCallback
+from datasets import Dataset
 
+from lopti.commands.callbacks import MetricsLog, StopAtMaxSteps, TrainingEnded, drop_metrics_after
 from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
 from lopti.commands.lengths import check_lengths
-from lopti.commands.model_card import method_line, use_lopti_model_card, write_model_card
+from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
 from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
 from lopti.commands.settings import RunConfig
@@ -37,7 +39,8 @@ from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.fast_path import is_sharded
+from lopti.train.cpu import CpuLoptiGRPOTrainer
+from lopti.train.fast_path import CpuFastPath, is_sharded
 from lopti.train.packing import fast_generation, packing_applies
 from lopti.train.precision import precision_words
 from lopti.train.trainer import LoptiGRPOTrainer
@@ -51,35 +54,6 @@ EVAL_BATCH_SIZE = 512
 # evaluates the held-out set alone after training, for as long as that takes, so the wait has no practical bound:
 # a process that dies closes its sockets, which ends the others' wait at once, and the launcher stops them.
 END_WAIT = timedelta(days=7)
-
-
-class MetricsLog(TrainerCallback):
-    """Append every log of the trainer to metrics.jsonl, so a run can be plotted without tensorboard."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and state.is_world_process_zero:
-            with self.path.open("a") as handle:
-                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
-
-
-class TrainingEnded(Exception):
-    """Raised by `StopAtMaxSteps` when a resumed run has no step left to train."""
-
-
-class StopAtMaxSteps(TrainerCallback):
-    """Stop a run resumed at max_steps before the Trainer takes a step.
-
-    transformers checks max_steps only after each optimizer step, so resuming from the last checkpoint
-    would train one step more (and overwrite final/). By the first step's start the checkpoint's
-    weights are loaded, so stopping there leaves the trainer holding the finished model.
-    """
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if state.global_step >= state.max_steps:
-            raise TrainingEnded
 
 
 def sharding_of(trainer: LoptiGRPOTrainer) -> str | None:
@@ -125,31 +99,6 @@ def end_together(trainer: LoptiGRPOTrainer, group: dist.ProcessGroup | None) -> 
     trainer.accelerator.end_training()
 
 
-def drop_metrics_after(path: Path, step: int) -> None:
-    """Keep only the metric lines up to `step`, so a resumed run does not log a step twice.
-
-    A kill or a full disk can leave the last line cut short or blank: it is dropped. A damaged line
-    before the last cannot come from an interruption, so it is an error naming the file and line.
-    """
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines()
-    kept = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                print(f"{path}: dropped its last line, cut short by an interruption")
-                break
-            raise ValueError(f"{path} line {number} is not valid JSON; repair or delete that line to resume") from None
-        if record.get("step", 0) <= step:
-            kept.append(line)
-    write_atomic(path, "".join(line + "\n" for line in kept))
-
-
 def task_datasets(run: RunConfig):
     """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
     from datasets import Dataset
@@ -163,16 +112,16 @@ def task_rewards(run: RunConfig, weights: list[float] | None, tokenizer=None) ->
 
     With a tokenizer, a completion that did not end on its end-of-sequence token earns no reward.
     """
-    task = get_task(run.task)
-    unknown = [name for name in run.rewards if name not in task.rewards]
+    task, names = get_task(run.task), run.reward_names()
+    unknown = [name for name in names if name not in task.rewards]
     if unknown:
         raise ValueError(f"unknown {task.name} reward(s) {', '.join(unknown)}; choose from {', '.join(task.rewards)}")
-    if weights is not None and len(weights) != len(run.rewards):
-        raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(run.rewards)}")
+    if weights is not None and len(weights) != len(names):
+        raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(names)}")
     ids = {} if tokenizer is None else dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    funcs = [task.make_reward(name, **ids) for name in run.rewards]
+    funcs = [task.make_reward(name, **ids) for name in names]
     weights = list(weights) if weights is not None else [1.0] * len(funcs)
-    if task.accuracy_reward not in run.rewards:
+    if task.accuracy_reward not in names:
         funcs.append(task.make_reward(task.accuracy_reward, **ids))
         weights.append(0.0)
     return funcs, weights
@@ -191,8 +140,23 @@ def peft_config(run: RunConfig):
     )
 
 
-def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTrainer:
-    """Return a ready LoptiGRPOTrainer; every check that needs no compute happens first."""
+@dataclass(frozen=True)
+class Training:
+    """A ready trainer with what `lopti train` evaluates it on: the held-out rows, and the folder (or embedded
+    model's name) the weights before training come from."""
+
+    trainer: LoptiGRPOTrainer
+    eval_rows: Dataset
+    model_path: str
+
+
+def trainer_class(args: LoptiGRPOConfig) -> type[LoptiGRPOTrainer]:
+    """Return the trainer for the device the run trains on: with the CPU fast path on the CPU, TRL's paths elsewhere."""
+    return CpuLoptiGRPOTrainer if args.cpu_fast_path and args.device.type == "cpu" else LoptiGRPOTrainer
+
+
+def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
+    """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
     task_rewards(run, weights)  # check names and weights before anything is loaded
     args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
@@ -207,7 +171,7 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
     prompts = [*train["prompt"], *(evaluation["prompt"] if run.evaluate else [])]
     check_lengths(run.model, model_path, tokenizer, prompts, budgets)
     funcs, args.reward_weights = task_rewards(run, weights, tokenizer)
-    trainer = LoptiGRPOTrainer(
+    trainer = trainer_class(args)(
         model=load_model(model_path),
         reward_funcs=funcs,
         args=args,
@@ -215,17 +179,14 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> LoptiGRPOTr
         eval_dataset=evaluation if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config(run),
-        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps()],
+        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run)],
     )
-    trainer.lopti_eval_rows = evaluation  # the held-out set, for evaluation before and after training
-    trainer.lopti_model_path = model_path  # where the weights before training come from
     use_lopti_console(trainer, "RL", rl_columns(get_task(run.task), args.probability_buckets))
-    use_lopti_model_card(trainer, run)
-    return trainer
+    return Training(trainer, evaluation, model_path)
 
 
 def held_out_eval(
-    trainer: LoptiGRPOTrainer, run: RunConfig, out: Path, seconds: dict, label: str, cache_key: str | None = None
+    training: Training, run: RunConfig, out: Path, seconds: dict, label: str, cache_key: str | None = None
 ) -> dict:
     """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
 
@@ -234,7 +195,7 @@ def held_out_eval(
     With a `cache_key` (`eval_cache.evaluation_key`), an evaluation already made under it is reused.
     """
     started = time.time()
-    rows = list(trainer.lopti_eval_rows)
+    trainer, rows = training.trainer, list(training.eval_rows)
     task = get_task(run.task)
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
@@ -243,13 +204,17 @@ def held_out_eval(
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
     model = trainer.accelerator.unwrap_model(trainer.model)
-    fast = packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path) and not is_sharded(trainer)
+    fast = (  # the CPU trainer's generation: LoptiGRPOTrainer's is TRL's own
+        isinstance(trainer, CpuFastPath)
+        and packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
+        and not is_sharded(trainer)
+    )
 
     def compute() -> tuple[dict, dict | None]:
         # sampled answers from the model's distribution, not from generate's random numbers (which draw an Exp(1)
         # number per vocabulary entry per row and step: as long as the forward for a large vocabulary)
-        weights = trainer.generation_weights(model)
-        with fast_generation(model, weights, same_draws=False) if fast else contextlib.nullcontext():
+        fast_context = fast_generation(model, trainer.generation_weights(model), same_draws=False) if fast else None
+        with fast_context or contextlib.nullcontext():
             greedy = evaluate(rows=rows)
             return greedy, evaluate(
                 rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature
@@ -272,10 +237,11 @@ def held_out_eval(
     return result
 
 
-def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
+def start_eval_key(training: Training, run: RunConfig) -> str | None:
     """Return the cache key of the evaluation before training, when the model is a folder with a manifest."""
     if run.lora_r > 0:
         return None
+    trainer = training.trainer
     settings = {
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
@@ -283,7 +249,7 @@ def start_eval_key(trainer: LoptiGRPOTrainer, run: RunConfig) -> str | None:
         "sampling": "inverse-cdf",
         "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
     }  # fmt: skip
-    return evaluation_key(trainer.lopti_model_path, list(trainer.lopti_eval_rows), settings)
+    return evaluation_key(training.model_path, list(training.eval_rows), settings)
 
 
 def sampled_path(out: Path) -> Path:
@@ -358,7 +324,8 @@ def _train_locked(
     elif main_process:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # left by a run killed before its first checkpoint
     started = time.time()
-    trainer = build_trainer(run, dict(trainer_kwargs))
+    training = build_trainer(run, dict(trainer_kwargs))
+    trainer = training.trainer
     seconds["setup"] = time.time() - started
     end_group = end_wait_group(trainer)
     main_process = trainer.is_world_process_zero()
@@ -367,7 +334,7 @@ def _train_locked(
     if run.evaluate:
         path = run_dir / "eval_before.json"
         before = (
-            held_out_eval(trainer, run, path, seconds, "eval before", start_eval_key(trainer, run))
+            held_out_eval(training, run, path, seconds, "eval before", start_eval_key(training, run))
             if path.name in todo
             else saved_eval(path, run)
         )
@@ -390,7 +357,8 @@ def _train_locked(
     # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes
     if run.evaluate and (main_process or is_sharded(trainer)):
         path = run_dir / "eval_after.json"
-        after = held_out_eval(trainer, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
+        done = path.name not in todo
+        after = saved_eval(path, run) if done else held_out_eval(training, run, path, seconds, "eval after")
         if main_process:
             precision = precision_words(trainer.args.bf16, trainer.accelerator.device.type == "cpu")
             write_report(run_dir, before, after, seconds, method_line(trainer.args), precision)

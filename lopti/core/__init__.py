@@ -14,7 +14,7 @@ from lopti.core.advantages import (
 from lopti.core.aggregate import AGGREGATIONS, aggregate_loss
 from lopti.core.bound import grad_norm_bounds, logit_grad_norm
 from lopti.core.credit import CreditContext, CreditStep, TokenCredit, ar_credit, combine_credit, lopti_credit
-from lopti.core.credit_presets import PRESETS, credit_problems, make_credit_steps
+from lopti.core.credit_presets import PRESETS, credit_problems, make_credit_steps, named_credit_steps
 from lopti.core.isolation import (
     ORDERS,
     SPLITS,
@@ -61,6 +61,7 @@ __all__ = [
     "low_prob_mask",
     "make_credit_steps",
     "masked_whiten",
+    "named_credit_steps",
     "phase_masks",
     "quantile_eta",
     "random_phase_masks",

@@ -295,3 +295,20 @@ def _constant_problems(key: str, factory: Callable[..., CreditStep], given: Any)
     except ValueError as error:
         return [f"{key}: {error}"]
     return []
+
+
+def named_credit_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None) -> dict[str, CreditStep]:
+    """Return user credit steps by name: a mapping as given, callables by their __name__."""
+    if steps is None:
+        return {}
+    if isinstance(steps, Mapping):
+        return dict(steps)
+    named = {}
+    for step in steps if isinstance(steps, (list, tuple)) else [steps]:
+        if not callable(step):
+            raise ValueError(f"token_credit: expected a callable credit step, got {step!r}")
+        name = getattr(step, "__name__", type(step).__name__)
+        if name in named:
+            raise ValueError(f"token_credit: two credit steps named {name!r}; pass a dict to name them")
+        named[name] = step
+    return named

@@ -14,8 +14,7 @@ from typing import Any
 
 from lopti.bounded import TimeLimitExceeded, call_within, check_reward_errors, over_time, raised_on
 from lopti.evaluation.generation import generate, prompt_text
-from lopti.tasks.completions import ended_properly
-from lopti.tasks.kk.prompts import prefilled_think
+from lopti.tasks.completions import ended_properly, prefilled_think
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

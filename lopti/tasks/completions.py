@@ -40,3 +40,14 @@ def ended_properly(ids: list[int], eos_token_id: int, pad_token_id: int | None) 
         and ids[-1] == eos_token_id
         and (pad_token_id is None or pad_token_id == eos_token_id or pad_token_id not in ids)
     )
+
+
+def prefilled_think(prompt: Any) -> str:
+    """Return the "<think>" that a prompt pre-filled at the start of the assistant turn, or "".
+
+    `prompt` is a raw prompt's text, or chat messages whose last, assistant message is continued. A reward
+    or a judge puts it back in front of the completion, since the model never wrote it.
+    """
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        prompt = prompt[-1].get("content", "") if prompt[-1].get("role") == "assistant" else ""
+    return THINK_START if isinstance(prompt, str) and prompt.rstrip().endswith(THINK_START) else ""

@@ -121,11 +121,12 @@ class LoptiGRPOConfig(GRPOConfig):
     cpu_fast_path: bool = field(
         default=True,
         metadata={
-            "help": "On the CPU (lopti/train/packing.py): run each prompt once per group of completions in the "
-            "rollout's prefill and in the log-prob forwards, and with num_iterations > 1 take the old log-probs from "
-            "the first pass's forward instead of a forward of their own. The same numbers up to float rounding, in "
-            "about half the time (docs/performance.md). No effect on other devices, or for PEFT, vision and "
-            "non-sdpa models. False runs TRL's own code paths."
+            "help": "Read by CpuLoptiGRPOTrainer (lopti.train.cpu, what `lopti train` uses on the CPU; "
+            "LoptiGRPOTrainer always runs TRL's own code paths). On the CPU (lopti/train/packing.py): run each "
+            "prompt once per group of completions in the rollout's prefill and in the log-prob forwards, and with "
+            "num_iterations > 1 take the old log-probs from the first pass's forward instead of a forward of their "
+            "own. The same numbers up to float rounding, in about half the time (docs/performance.md). No effect on "
+            "other devices, or for PEFT, vision and non-sdpa models. False runs TRL's own code paths."
         },
     )
     max_nonfinite_losses: int = field(

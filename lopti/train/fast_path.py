@@ -1,13 +1,16 @@
 """`CpuFastPath`: TRL's rollout and log-prob forwards with each prompt once per group, on the CPU (`cpu_fast_path`).
 
-A mixin for TRL's `GRPOTrainer` (or a subclass): `class T(CpuFastPath, GRPOTrainer)`. It changes how TRL's
-numbers are computed, never which ones (the same up to float rounding; docs/trainer.md states the tolerances):
+A mixin for TRL's `GRPOTrainer` or a subclass of it, placed first: `class T(CpuFastPath, GRPOTrainer)`; lopti's
+trainer with it is `lopti.train.cpu.CpuLoptiGRPOTrainer`, which `lopti train` uses on the CPU. It is not a base of
+`LoptiGRPOTrainer`: on a GPU none of it runs. It changes how TRL's numbers are computed, never which ones (the same
+up to float rounding; docs/trainer.md states the tolerances), by overriding four TRL methods:
 - `_generate_single_turn`: the rollout's prefill once per distinct prompt, and a sampling loop that drops ended
   rows (`shared_prefill_generate`, lopti/train/packing.py and lopti/train/decode.py);
 - `_get_per_token_logps_and_entropies`: the log-prob forward on the packed layout (`packed_log_probs`);
 - `_generate_and_score_completions`: where TRL would run a forward for the old log-probs that the first pass's own
-  forward gives (`skips_old_forward`), that forward is left out and the first pass's log-probs are kept as the
-  micro-batch's `old_per_token_logps` for the later passes.
+  forward gives (`skips_old_forward`), that forward is left out ...
+- `_compute_loss`: ... and the first pass's log-probs are kept as the micro-batch's `old_per_token_logps` for the
+  later passes.
 It acts only where `packing_applies`: `cpu_fast_path` is true, the device is the CPU, and the model is a plain (not
 PEFT) sdpa model without extra inputs (images, the MoE loss) whose layers are all full attention (`model_problem`);
 the rollout, also only for sampling or greedy decoding with the cache it builds itself (`generation_problem`);
@@ -79,13 +82,19 @@ def skips_old_forward(args: Any, num_iterations: int) -> bool:
 
 
 class CpuFastPath:
-    """Mixin: TRL's rollout and log-prob forwards with each prompt once per group on the CPU (see the module)."""
+    """Mixin: TRL's rollout and log-prob forwards with each prompt once per group on the CPU (see the module).
 
-    # The fast path's state between TRL's calls. One generated batch's old-log-prob forward is left out ...
-    _old_forward_pending_skip = False
-    # ... and its first pass's log-probs become the old ones of the micro-batch being trained on (`_micro_batch`).
-    _old_from_first_pass = False
-    _micro_batch: dict[str, Any] | None = None
+    Put it first among the bases, `class T(CpuFastPath, SomeGRPOTrainer)`, so that its forwards stand in for
+    TRL's under any subclass's own wrappers; `lopti.train.cpu.CpuLoptiGRPOTrainer` is lopti's trainer with it.
+    """
+
+    # TRL itself makes the nested calls below, so no argument of ours can reach them: each of these holds for the
+    # length of one outer call and is cleared when it returns. During `_generate_and_score_completions`, TRL's
+    # old-log-prob forward is left out ...
+    _old_forward_to_skip = False
+    # ... and during `_compute_loss` on the first pass over such a batch, the pass's log-probs become the
+    # micro-batch's old ones (TRL's `inputs`, a dict TRL reuses for the later passes).
+    _first_pass_batch: dict[str, Any] | None = None
     # Why it left calls to TRL, each logged once.
     _fast_path_notes: frozenset[str] = frozenset()
     # The bf16 copy of the weights that generation runs on under `bf16` (`generation_weights`).
@@ -105,26 +114,38 @@ class CpuFastPath:
             logger.debug("lopti: the CPU fast path leaves this to TRL's own code: %s", problem)
         return False
 
+    # --- TRL override: leaves out the old-log-prob forward that the first pass's own forward gives.
     def _generate_and_score_completions(self, inputs):
-        skip = (
+        self._old_forward_to_skip = (
             self.model.training
             and not self.use_vllm
             and skips_old_forward(self.args, self.num_iterations)
             and self._fast_path_applies(self.model, self.accelerator.device)
         )
-        self._old_forward_pending_skip = self._old_from_first_pass = skip
         try:
             return super()._generate_and_score_completions(inputs)
         finally:
-            self._old_forward_pending_skip = False
+            self._old_forward_to_skip = False
 
-    def _prepare_inputs(self, generation_batch):
-        self._micro_batch = super()._prepare_inputs(generation_batch)  # TRL's buffered micro-batch (a dict it reuses)
-        return self._micro_batch
+    # --- TRL override: on the first pass over a batch whose old-log-prob forward was left out, keeps the pass's
+    # log-probs as the micro-batch's old ones. TRL leaves `old_per_token_logps` out only when it runs no old forward,
+    # so under `skips_old_forward` a missing one means this path left it out.
+    def _compute_loss(self, model, inputs):
+        first_pass = (
+            self.model.training
+            and inputs.get("old_per_token_logps") is None
+            and skips_old_forward(self.args, self.num_iterations)
+        )
+        self._first_pass_batch = inputs if first_pass else None
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._first_pass_batch = None
 
+    # --- TRL override: the log-prob forward on the packed layout, where it applies.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        if self._old_forward_pending_skip and not torch.is_grad_enabled():  # TRL's old log-probs: left out
-            self._old_forward_pending_skip = False
+        if self._old_forward_to_skip and not torch.is_grad_enabled():  # TRL's old log-probs: left out
+            self._old_forward_to_skip = False
             return None, None, None
         packed = self._packed_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         if packed is None:
@@ -133,14 +154,15 @@ class CpuFastPath:
             )
         else:
             (logps, entropies, log_sum_sq), aux_loss = packed, None
-            capture = getattr(self, "_log_sum_sq", None)  # LoptiGRPOTrainer's LogSumSqCapture, if the host has one
-            if capture is not None:
-                capture.replace(log_sum_sq)
-        batch = self._micro_batch
-        first_pass = batch is not None and batch.get("old_per_token_logps") is None  # at the generating weights
-        if self._old_from_first_pass and logps.requires_grad and first_pass:
-            batch["old_per_token_logps"] = logps.detach()
+            self._after_packed_pass(logps, log_sum_sq)
+        if self._first_pass_batch is not None and logps.requires_grad:
+            self._first_pass_batch["old_per_token_logps"] = logps.detach()
         return logps, entropies, aux_loss
+
+    def _after_packed_pass(self, logps: torch.Tensor, log_sum_sq: torch.Tensor | None) -> None:
+        """Hook for a trainer that observes its log-prob passes: called with each packed pass's log-probs and log Σ p²
+        (TRL's row layout; None where the head did not compute it), which TRL's own pass, skipped, would have seen.
+        Does nothing here."""
 
     def _packed_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
                       **others):  # fmt: skip
@@ -157,6 +179,7 @@ class CpuFastPath:
             )  # fmt: skip
         return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
 
+    # --- TRL override: the rollout's prefill once per distinct prompt, and a sampling loop without the ended rows.
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
         if self.use_vllm or self.use_transformers_continuous_batching:  # not generate: nothing to speed up

@@ -55,12 +55,6 @@ class LogSumSqCapture:
         finally:
             self._parts = None
 
-    def replace(self, values: torch.Tensor | None) -> None:
-        """Set the running pass's log Σ p² to `values`, laid out as TRL's rows (for a forward whose own rows are not:
-        the CPU fast path's packed one); a no-op outside `collecting()`."""
-        if self._parts is not None:
-            self._parts[:] = [values]
-
     @staticmethod
     def result(parts: list[torch.Tensor | None], rows: int, logits_to_keep: int) -> torch.Tensor | None:
         """Return the (rows, logits_to_keep) log Σ p² of a pass, or None where a forward did not give it."""

@@ -1,7 +1,8 @@
 """`LoptiGRPOTrainer`: TRL's GRPOTrainer with Advantage Reweighting and Lopti (docs/paper.md §4–§5).
 
-TRL keeps everything it does well (generation, vLLM, rewards, distribution, logging); lopti changes
-three private methods, each marked below and guarded by tests/train/test_trl_contract.py:
+TRL keeps everything it does well (generation, vLLM, rewards, distribution, logging). lopti overrides five methods
+of TRL's GRPOTrainer and one of transformers' Trainer, each marked below and guarded by
+tests/train/test_trl_contract.py. Three change what TRL computes:
 - `_calculate_rewards`: remembers the rewards, for lopti's advantage estimators;
 - `_generate_and_score_completions`: swaps in per-token advantages from `lopti.core` when asked;
 - `_compute_loss`: the loss is `lopti.core.objective` (AR weights, the Lopti phase mask, the clipped
@@ -9,11 +10,13 @@ three private methods, each marked below and guarded by tests/train/test_trl_con
   keeps only TRL's plumbing: log-probs (with TRL's image inputs), the `loss_type` aggregation, vLLM importance
   ratios, the MoE router loss, logging. With lopti's loss features off, a TRL loss option beyond the loss types
   grpo, bnpo, dr_grpo and dapo gets GRPOTrainer's own `_compute_loss` (`LoptiGRPOConfig.trl_computes_loss`).
-Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
-Two more only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
+Two only observe, for the metrics: `_get_per_token_logps_and_entropies` keeps log Σ p² from the fused LM
 head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs, and `training_step` hands each
 micro-batch to the update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks.
-How TRL's forwards run on the CPU is `CpuFastPath`'s (lopti/train/fast_path.py, the `cpu_fast_path` setting).
+Trainer's `_issue_warnings_after_load` leaves the tied weights out of a resume's "missing keys" warning.
+Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
+This class runs TRL's own forwards everywhere; the CPU fast path is a separate mixin, composed with it in
+`lopti.train.cpu.CpuLoptiGRPOTrainer`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from lopti.core import (
     cispo_policy_loss,
     lopti_phase,
     make_credit_steps,
+    named_credit_steps,
     sapo_policy_loss,
     split_seed,
     token_advantages,
@@ -43,7 +47,6 @@ from lopti.core.objective import BUILT_IN_STEPS, Surrogate
 from lopti.errors import NumericalFailure
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.engines import check_engines
-from lopti.train.fast_path import CpuFastPath
 from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
 from lopti.train.reward_calls import bounded_reward
@@ -73,23 +76,6 @@ AGGREGATION_OF_LOSS_TYPE = {
 WINDOW_NORMALISED_LOSS_TYPES = ("dapo", "cispo")
 
 
-def _named_steps(steps: CreditStep | list[CreditStep] | Mapping[str, CreditStep] | None) -> dict[str, CreditStep]:
-    """Return user credit steps by name: a mapping as given, callables by their __name__."""
-    if steps is None:
-        return {}
-    if isinstance(steps, Mapping):
-        return dict(steps)
-    named = {}
-    for step in steps if isinstance(steps, (list, tuple)) else [steps]:
-        if not callable(step):
-            raise ValueError(f"token_credit: expected a callable credit step, got {step!r}")
-        name = getattr(step, "__name__", type(step).__name__)
-        if name in named:
-            raise ValueError(f"token_credit: two credit steps named {name!r}; pass a dict to name them")
-        named[name] = step
-    return named
-
-
 def _loss_mask(inputs: dict) -> torch.Tensor:
     """Return the completion tokens the loss counts, as TRL counts them (tool outputs left out)."""
     mask = inputs["completion_mask"]
@@ -113,12 +99,13 @@ def untied_missing_keys(model: torch.nn.Module, missing: list[str]) -> list[str]
     return [name for name in missing if name not in tensors or tensors[name].data_ptr() not in loaded]
 
 
-class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
+class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
     """GRPOTrainer whose loss applies Advantage Reweighting and Low-Probability Token Isolation.
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
-    no `token_credit` and `advantage_estimator=None` it trains like GRPOTrainer, whatever TRL loss options are set:
-    exactly with `cpu_fast_path=False`, to float rounding with it (docs/trainer.md).
+    no `token_credit` and `advantage_estimator=None` it trains exactly like GRPOTrainer, whatever TRL loss options
+    are set (docs/trainer.md); `CpuLoptiGRPOTrainer` (lopti.train.cpu) does, to float rounding, in about half the
+    time on the CPU.
 
     `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
     `step(context) -> TokenCredit`, a list of them, or a {name: step} mapping; they run after AR, Lopti
@@ -139,7 +126,7 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         if not isinstance(args, LoptiGRPOConfig):
             raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
         self._credit_steps = {**make_credit_steps(args.token_credit, args.token_credit_kwargs)}
-        for name, step in _named_steps(token_credit).items():
+        for name, step in named_credit_steps(token_credit).items():
             if name in self._credit_steps or name in BUILT_IN_STEPS:
                 raise ValueError(f"token_credit: a credit step named {name!r} is already in use; pass a dict to rename")
             self._credit_steps[name] = step
@@ -180,23 +167,26 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
                 self.optimizer_steps_per_batch(), args.max_steps, args.max_steps // self.optimizer_steps_per_batch(),
             )  # fmt: skip
 
-    # --- Observes TRL's log-prob pass (TRL's own, or the fast path's): keeps log Σ p² of the same tokens, for the
-    # exact gradient share, and the loss pass's log-probs, for the update-quality metrics.
+    # --- TRL override 4 (observes): keeps log Σ p² of the log-prob pass's tokens, for the exact gradient share, and
+    # the loss pass's log-probs, for the update-quality metrics; TRL's result is returned unchanged.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         with self._log_sum_sq.collecting() as parts:
             logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-        if logps is None:  # the fast path left out TRL's old log-prob forward
-            return logps, entropies, aux_loss
         # the reference model has no capture: nothing is collected, and the (1 − π) bound is the fallback
-        self._log_sum_sq_probs = self._log_sum_sq.result(parts, len(logps), logits_to_keep)
+        self.observe_log_prob_pass(logps, self._log_sum_sq.result(parts, len(logps), logits_to_keep))
+        return logps, entropies, aux_loss
+
+    def observe_log_prob_pass(self, logps: torch.Tensor, log_sum_sq: torch.Tensor | None) -> None:
+        """Keep a log-prob pass's log Σ p² (None: unavailable) and log-probs for the metrics; a trainer whose forward
+        stands in for TRL's (the CPU fast path) calls this with its own pass's."""
+        self._log_sum_sq_probs = log_sum_sq
         self._latest_logps = logps.detach()
         if logps.requires_grad:
             self._training_logps = logps.detach()
-        return logps, entropies, aux_loss
 
-    # --- Observes each micro-step for the update-quality metrics; TRL's step itself is unchanged.
+    # --- TRL override 5 (observes): each micro-step, for the update-quality metrics; TRL's step itself is unchanged.
     def training_step(self, model, inputs, num_items_in_batch):
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self._update_quality is not None:
@@ -208,8 +198,8 @@ class LoptiGRPOTrainer(CpuFastPath, StepMetrics, GRPOTrainer):
         """Count samples a reward function raised on (reward_errors: skip) in the `reward_errors` metric."""
         add_count(self._metrics["train" if self.model.training else "eval"], "lopti/reward_errors", count)
 
-    # --- transformers override: a resume's "missing keys" warning leaves out the tied weights. safetensors stores
-    # a tied output head once, under the input embedding's name, so its key is always "missing" from a checkpoint
+    # --- transformers Trainer override: a resume's "missing keys" warning leaves out the tied weights. safetensors
+    # stores a tied output head once, under the input embedding's name, so its key is always "missing" from a checkpoint
     # while its tensor is loaded; any other missing key is still warned about.
     def _issue_warnings_after_load(self, load_result):
         missing = untied_missing_keys(self.accelerator.unwrap_model(self.model), load_result.missing_keys)

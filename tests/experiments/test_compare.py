@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lopti.cli import DEFAULT_RECIPES, DEFAULT_TASK, main
+from lopti.cli import default_recipe, main
 from lopti.commands import train_run as run_module
 from lopti.experiments import compare
 from lopti.experiments.study import variant_settings
@@ -131,7 +131,7 @@ def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatc
     argv = ["compare", "--seeds", "3", "--variants", "grpo,ar", "--learning_rate", "0.5", "--lopti", "--jobs", "2"]
     assert main([*argv, "--backend", "ray", "--out", str(tmp_path / "study")]) == 2
     overrides = {"learning_rate": 0.5, "lopti": True}
-    default = DEFAULT_RECIPES[DEFAULT_TASK].name  # the recipe `lopti train` uses by default
+    default = default_recipe().name  # the recipe `lopti train` uses by default
     assert seen == [(default, overrides, ["grpo", "ar"], [3], tmp_path / "study", 2, 0, "ray")]
     assert main(["compare", "--backend", "spark"]) == 2
     assert "spark" in capsys.readouterr().err and not seen[1:]

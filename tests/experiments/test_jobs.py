@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lopti.cli import DEFAULT_RECIPES
+from lopti.cli import default_recipe
 from lopti.errors import TrainingStopped
 from lopti.experiments import compare, study
 from lopti.experiments.jobs import Job, run_jobs
@@ -71,7 +71,7 @@ def calls(out, name):
 
 def run_study_three_times(out, backend):
     """Run the study, which fails on seed 1; again, which resumes it; and again, which trains nothing."""
-    arguments = (DEFAULT_RECIPES["kk"], {}, ["grpo"], SEEDS, out, 2, 1, interrupted_once, backend)
+    arguments = (default_recipe("kk"), {}, ["grpo"], SEEDS, out, 2, 1, interrupted_once, backend)
     with pytest.raises(TrainingStopped, match=r"1 of 3 runs failed: grpo-s1 \(RuntimeError: stopped half way\)"):
         compare.run_all(*arguments)
     assert calls(out, "grpo-s1") == [{"resume": False, "threads": 1}]

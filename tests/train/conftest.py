@@ -1,23 +1,9 @@
-"""Fixtures for trainer tests: a peaked variant of the tiny model, and K&K prompts."""
+"""Fixtures for trainer tests: K&K prompts, and tiny models of other families (MoE, hybrid, gpt-oss, vision)."""
 
 import pytest
 import torch
 
 from lopti.tasks.kk.data import kk_dataset
-
-
-@pytest.fixture(scope="session")
-def peaked_model_dir(tiny_model_dir, tmp_path_factory):
-    """Return the tiny model with its final norm scaled ×12: sampled tokens then fall on both sides of η = 0.5."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = tmp_path_factory.mktemp("peaked-model")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with torch.no_grad():
-        model.model.norm.weight.mul_(12.0)
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from accelerate.utils import DistributedType
 from transformers import AutoModelForCausalLM
 
 from lopti.cli import main
-from lopti.train.trainer import LoptiGRPOTrainer
+from lopti.train import CpuLoptiGRPOTrainer, LoptiGRPOTrainer
 
 accelerator_state_init = state.AcceleratorState.__init__
 
@@ -66,5 +66,6 @@ if __name__ == "__main__":
     arguments = sys.argv[1:]
     if "--fixed_rollout" in arguments:
         arguments.remove("--fixed_rollout")
-        LoptiGRPOTrainer._generate_single_turn = fixed_rollout
+        for trainer_class in (LoptiGRPOTrainer, CpuLoptiGRPOTrainer):  # `lopti train` picks one by device
+            trainer_class._generate_single_turn = fixed_rollout
     sys.exit(main(arguments))

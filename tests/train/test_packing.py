@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from test_trainer import lopti_trainer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
@@ -9,7 +10,6 @@ import lopti.train.packing as packing_module
 from lopti.core.packing import pack_shared_prompts
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.packing import packed_log_probs, shared_prefill_generate
-from lopti.train.trainer import LoptiGRPOTrainer
 
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
 
@@ -103,7 +103,7 @@ def make(folder, prompts, tmp_path, cpu_fast_path, **overrides):
         max_completion_length=8, learning_rate=1e-3, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
         seed=0, save_strategy="no", disable_tqdm=True, cpu_fast_path=cpu_fast_path, **settings,
     )  # fmt: skip
-    return LoptiGRPOTrainer(
+    return lopti_trainer(cpu_fast_path)(
         model=AutoModelForCausalLM.from_pretrained(folder),
         reward_funcs=[id_reward],
         args=args,

@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Auto
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.guards import explain_reward_errors
 from lopti.train.trainer import LoptiGRPOTrainer
 
@@ -50,6 +51,11 @@ def make(trainer_cls, config_cls, folder, prompts, tmp_path, **overrides):
     )
 
 
+def lopti_trainer(cpu_fast_path: bool) -> type[LoptiGRPOTrainer]:
+    """Return lopti's trainer with the CPU fast path or without it (TRL's own forwards)."""
+    return CpuLoptiGRPOTrainer if cpu_fast_path else LoptiGRPOTrainer
+
+
 def logged(trainer, key):
     return [entry[key] for entry in trainer.state.log_history if key in entry]
 
@@ -78,7 +84,7 @@ def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts
     plain = make(GRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=3, **settings)
     plain.train()  # build each trainer right before training: construction and training both draw random numbers
     ours = make(
-        LoptiGRPOTrainer,
+        lopti_trainer(cpu_fast_path),
         LoptiGRPOConfig,
         tiny_model_dir,
         kk_prompts,

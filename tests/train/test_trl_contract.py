@@ -1,4 +1,4 @@
-"""Guard for the TRL internals that LoptiGRPOTrainer overrides or relies on.
+"""Guard for the TRL internals that LoptiGRPOTrainer and the CPU fast path override or rely on.
 
 If this fails after a TRL upgrade, read the changed methods, update lopti/train/trainer.py and
 lopti/train/fast_path.py where needed, rerun tests/train, then record the new fingerprints and widen the trl
@@ -10,24 +10,63 @@ import inspect
 
 import pytest
 import trl
+from transformers import Trainer
 from trl import GRPOTrainer
 
-from lopti.train.trainer import EXTRA_FORWARD_INPUTS
+from lopti.train.cpu import CpuLoptiGRPOTrainer
+from lopti.train.fast_path import CpuFastPath
+from lopti.train.step_metrics import StepMetrics
+from lopti.train.trainer import EXTRA_FORWARD_INPUTS, LoptiGRPOTrainer
 
 TESTED_TRL = "1.16.0"
 FINGERPRINTS = {
-    # overridden by LoptiGRPOTrainer (it calls super() and post-processes or replaces the result)
+    # overridden by LoptiGRPOTrainer (it calls super() and post-processes or replaces the result), and the first four
+    # also by CpuFastPath: `_compute_loss` (lopti's loss; the fast path keeps the first pass's log-probs),
+    # `_generate_and_score_completions` (lopti's advantages; the fast path leaves out the old-log-prob forward),
+    # `_get_per_token_logps_and_entropies` (lopti observes it; the fast path packs it), `_calculate_rewards`
     "_compute_loss": "80295546bbdbf6f7",
     "_calculate_rewards": "736ae29b083840b5",
     "_generate_and_score_completions": "1fa48922792dcd5c",
-    # relied on: the micro-step counter `_step`, the buffer reuse order (`_prepare_inputs`, whose micro-batch the
-    # fast path keeps), and the log-prob helper (wrapped by the trainer and the fast path)
-    "_prepare_inputs": "f824e7fb07147956",
-    "training_step": "9e18632f7dd8e8d8",
     "_get_per_token_logps_and_entropies": "ea73c3909275851d",
-    # wrapped by the CPU fast path (lopti/train/fast_path.py): it must reach the model via `unwrapped_model.generate`
+    # overridden by LoptiGRPOTrainer to observe each micro-step; relied on for the micro-step counter `_step`
+    "training_step": "9e18632f7dd8e8d8",
+    # relied on: the buffer reuse order (the micro-batch dict `_compute_loss` gets is the one the later passes reuse)
+    "_prepare_inputs": "f824e7fb07147956",
+    # overridden by CpuFastPath (lopti/train/fast_path.py): it must reach the model via `unwrapped_model.generate`
     "_generate_single_turn": "e0f02e4fc094cefd",
 }
+# overridden by LoptiGRPOTrainer: transformers' resume warning, given the load result's missing keys
+TRANSFORMERS_FINGERPRINTS = {"_issue_warnings_after_load": "7ccdd73aac16aecb"}
+# every method of TRL's trainer that each class overrides: the docstrings of lopti/train/trainer.py and
+# lopti/train/fast_path.py and docs/trainer.md list these, and each is fingerprinted above
+OVERRIDES = {
+    LoptiGRPOTrainer: {"__init__", "_calculate_rewards", "_compute_loss", "_generate_and_score_completions",
+                       "_get_per_token_logps_and_entropies", "training_step", "_issue_warnings_after_load"},
+    StepMetrics: set(),
+    CpuFastPath: {"_compute_loss", "_generate_and_score_completions", "_generate_single_turn",
+                  "_get_per_token_logps_and_entropies"},
+    CpuLoptiGRPOTrainer: set(),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", OVERRIDES, ids=lambda cls: cls.__name__)
+def test_each_override_of_trls_trainer_is_listed_and_fingerprinted(cls):
+    overridden = {name for name, value in vars(cls).items() if callable(value) and hasattr(GRPOTrainer, name)}
+    assert overridden == OVERRIDES[cls]
+    assert overridden - {"__init__"} <= FINGERPRINTS.keys() | TRANSFORMERS_FINGERPRINTS.keys()
+
+
+def test_the_trainer_a_gpu_user_runs_holds_no_cpu_fast_path():
+    assert CpuFastPath not in LoptiGRPOTrainer.__mro__
+    assert CpuLoptiGRPOTrainer.__mro__[1:3] == (CpuFastPath, LoptiGRPOTrainer)
+
+
+@pytest.mark.parametrize("method", sorted(TRANSFORMERS_FINGERPRINTS))
+def test_transformers_internals_unchanged(method):
+    source = inspect.getsource(getattr(Trainer, method))
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == TRANSFORMERS_FINGERPRINTS[method], (
+        f"Trainer.{method} changed: re-check LoptiGRPOTrainer.{method}"
+    )
 
 
 @pytest.mark.parametrize("method", sorted(FINGERPRINTS))

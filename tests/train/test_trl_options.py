@@ -7,12 +7,13 @@ from functools import partial
 
 import pytest
 import torch
-from test_trainer import EXACT, FAST_PATH, logged, make, one_batch
+from test_trainer import EXACT, FAST_PATH, logged, lopti_trainer, make, one_batch
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.core import CreditContext, TokenCredit
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.fast_path import CpuFastPath
 from lopti.train.trainer import LoptiGRPOTrainer
 
 # Logged keys that measure time, not training.
@@ -55,8 +56,8 @@ def assert_trains_like_grpo(plain, ours, tolerance):
 def train_both(folder, prompts, tmp_path, settings, **lopti_settings):
     plain = make(GRPOTrainer, GRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings)
     plain.train()
-    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings,
-                **lopti_settings)  # fmt: skip
+    trainer_class = lopti_trainer(lopti_settings.get("cpu_fast_path", True))
+    ours = make(trainer_class, LoptiGRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings, **lopti_settings)
     ours.train()
     return plain, ours
 
@@ -90,10 +91,19 @@ def test_each_option_trains_like_grpo_with_lopti_off(tiny_model_dir, kk_prompts,
 
 
 @pytest.mark.parametrize("option", ["cispo+two-passes", "sequence-ratio"])
-def test_the_fast_path_serves_trls_loss(tiny_model_dir, kk_prompts, tmp_path, option):
+def test_the_fast_path_serves_trls_loss(tiny_model_dir, kk_prompts, tmp_path, monkeypatch, option):
     """Two passes with one optimizer step each: the fast path also leaves out the old-log-prob forward."""
+    left_out = []
+    forward = CpuFastPath._get_per_token_logps_and_entropies
+
+    def counted(self, *args, **kwargs):
+        result = forward(self, *args, **kwargs)
+        left_out.append(result[0] is None)
+        return result
+
+    monkeypatch.setattr(CpuFastPath, "_get_per_token_logps_and_entropies", counted)
     plain, ours = train_both(tiny_model_dir, kk_prompts, tmp_path, TRL_OPTIONS[option], cpu_fast_path=True)
-    assert ours._old_from_first_pass
+    assert sum(left_out) == 1, "the one generated batch's old-log-prob forward is left out"
     assert_trains_like_grpo(plain, ours, FAST_PATH)
 
 

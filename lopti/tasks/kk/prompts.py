@@ -9,8 +9,6 @@ convention; the trainer feeds that text to the model verbatim. `terse` shows the
 
 from __future__ import annotations
 
-from typing import Any
-
 from lopti.tasks.kk.logic import Statement
 from lopti.tasks.kk.render import DEFAULT_ROLES, Roles, render_terse
 
@@ -68,14 +66,3 @@ def trainer_prompt(messages: list[dict], template: str) -> str | list[dict]:
 def prefill(template: str) -> str:
     """Return the text a template puts at the start of the assistant turn (counted by the reward)."""
     return THINK_PREFILL if template in RAW_TEMPLATES else ""
-
-
-def prefilled_think(prompt: Any) -> str:
-    """Return the "<think>" that a prompt pre-filled at the start of the assistant turn, or "".
-
-    `prompt` is a raw prompt's text, or chat messages whose last, assistant message is continued. A reward
-    or a judge puts it back in front of the completion, since the model never wrote it.
-    """
-    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
-        prompt = prompt[-1].get("content", "") if prompt[-1].get("role") == "assistant" else ""
-    return THINK_PREFILL if isinstance(prompt, str) and prompt.rstrip().endswith(THINK_PREFILL) else ""

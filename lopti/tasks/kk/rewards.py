@@ -19,8 +19,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from lopti.tasks.completions import completion_text, ended_properly, final_text
-from lopti.tasks.kk.prompts import THINK_PREFILL, prefilled_think
+from lopti.tasks.completions import completion_text, ended_properly, final_text, prefilled_think
+from lopti.tasks.kk.prompts import THINK_PREFILL
 from lopti.tasks.kk.render import DEFAULT_ROLES, Roles
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")

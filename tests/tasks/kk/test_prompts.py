@@ -1,6 +1,7 @@
 import pytest
 
-from lopti.tasks.kk.prompts import TEMPLATES, prefill, prefilled_think, puzzle_prompt, render_prompt, trainer_prompt
+from lopti.tasks.completions import prefilled_think
+from lopti.tasks.kk.prompts import TEMPLATES, prefill, puzzle_prompt, render_prompt, trainer_prompt
 from lopti.tasks.kk.render import render_terse
 
 QUIZ = "You meet 2 inhabitants: Ann and Bob. Ann says that Bob is a knave. Who is a knight and who is a knave?"

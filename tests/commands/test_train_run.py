@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from lopti import cli
 from lopti.cli import main
 from lopti.commands import train_run as run_module
+from lopti.commands.callbacks import drop_metrics_after
 from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.settings import split
 from lopti.train.trainer import untied_missing_keys
@@ -50,9 +51,9 @@ def train_killed_at_step_3(settings, monkeypatch):
     build = run_module.build_trainer
 
     def build_with_kill(run, kwargs):
-        trainer = build(run, kwargs)
-        trainer.add_callback(Kill())
-        return trainer
+        training = build(run, kwargs)
+        training.trainer.add_callback(Kill())
+        return training
 
     monkeypatch.setattr(run_module, "build_trainer", build_with_kill)
     with pytest.raises(KeyboardInterrupt):
@@ -177,7 +178,7 @@ def test_cli_resume_continues_with_the_runs_own_settings(settings, tmp_path, mon
     # a stand-in for the built-in recipe, which --resume must not use
     builtin = tmp_path / "builtin.yaml"
     builtin.write_text(yaml.safe_dump({**settings, "max_steps": 6, "output_dir": str(tmp_path / "other")}))
-    monkeypatch.setitem(cli.DEFAULT_RECIPES, "kk", builtin)
+    monkeypatch.setattr(cli, "default_recipe", lambda task_name=None: builtin)
     resume = ["train", "--resume", "--output_dir", str(run_dir)]
     capsys.readouterr()
     assert main([*resume, "--learning_rate", "0.5"]) == 2
@@ -202,11 +203,11 @@ def test_a_cut_last_metrics_line_is_dropped_and_any_other_named(tmp_path):
     lines = [json.dumps({"step": step, "loss": step / 10}) for step in (1, 2, 3)]
     for tail in ['{"step": 4, "lo', "  ", ""]:
         path.write_text("\n".join(lines) + "\n" + tail)
-        run_module.drop_metrics_after(path, 2)
+        drop_metrics_after(path, 2)
         assert path.read_text() == "\n".join(lines[:2]) + "\n"
     path.write_text("\n".join([lines[0], '{"step": 2, "lo', lines[2]]) + "\n")
     with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not valid JSON"):
-        run_module.drop_metrics_after(path, 3)
+        drop_metrics_after(path, 3)
 
 
 class Warnings(logging.Handler):

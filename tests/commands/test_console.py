@@ -16,6 +16,7 @@ from lopti.console import SFT_COLUMNS, ConsoleCallback, compact_line, rl_columns
 from lopti.evaluation.scoring import summarise
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
+from lopti.train.cpu import CpuLoptiGRPOTrainer
 
 QUARTILES = [0.0, 0.25, 0.5, 0.75, 1.0]
 RL_LOG = {
@@ -173,10 +174,14 @@ def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir
         disable_tqdm=True, output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     run, trainer_kwargs = split(settings)
-    trainer = run_module.build_trainer(run, dict(trainer_kwargs))
+    trainer = run_module.build_trainer(run, dict(trainer_kwargs)).trainer
+    assert isinstance(trainer, CpuLoptiGRPOTrainer)  # on the CPU, lopti train takes the fast path
     kinds = {type(c) for c in trainer.callback_handler.callbacks}
     assert ConsoleCallback in kinds and not kinds & {ProgressCallback, PrinterCallback}
-    trainer.create_model_card(model_name="run")  # what TRL's _save_checkpoint calls at every checkpoint
+    # what a checkpoint does: TRL's _save_checkpoint writes TRL's card, then the Trainer calls the callbacks' on_save
+    trainer.create_model_card(model_name="run")
+    assert "| method |" not in (tmp_path / "run" / "README.md").read_text()
+    trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
     assert "| method | GRPO + AR (α = 0.3)" in (tmp_path / "run" / "README.md").read_text()
     capsys.readouterr()
 

@@ -1,0 +1,85 @@
+"""The Knights-and-Knaves task: generated puzzles, the Logic-RL rewards, grouped by the number of people."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lopti.errors import check_output_folder
+from lopti.tasks.kk import rewards
+from lopti.tasks.kk.data import kk_records, write_kk
+from lopti.tasks.kk.prompts import trainer_prompt
+from lopti.tasks.kk.render import DEFAULT_ROLES
+from lopti.tasks.task import SEED_HELP, Task, TaskData, task_data_field
+
+DEFAULT_TEMPLATE = "chatml-think"
+
+
+def kk_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
+    """Return the (train, held-out) rows of the run's generated puzzles, prompts in the trainer's format."""
+    template = run.prompt_template()
+    records = kk_records(
+        people=run.people,
+        train=run.train_puzzles,
+        test=run.eval_puzzles,
+        seed=run.data_seed,
+        template=template,
+        test_people=run.eval_people,
+        fixed_names=run.fixed_names,
+    )
+    keep = ("id", "people", "names", "solution", "roles")
+    return tuple(
+        [{"prompt": trainer_prompt(r["prompt"], template), **{k: r[k] for k in keep}} for r in records[split]]
+        for split in ("train", "test")
+    )
+
+
+def kk_judge(text: str, row: dict) -> tuple[bool, bool]:
+    """Return whether a K&K answer names every role right (the accuracy reward's 1) and is strictly well formed."""
+    roles = tuple(row.get("roles") or DEFAULT_ROLES)
+    correct = rewards.accuracy(text, row["names"], row["solution"], roles) == 1.0
+    return correct, rewards.strict_answer(text) is not None
+
+
+def describe_kk(run: TaskData) -> str:
+    """Return the run's puzzles in a few words."""
+    return f"{run.people} people, {run.train_puzzles} generated puzzles per size"
+
+
+@dataclass
+class KKData:
+    """Knights-and-Knaves puzzles, in the lopti and verl/Logic-RL schemas."""
+
+    out: str = field(metadata={"help": "Output folder."})
+    people: str = task_data_field("people", metadata={"help": "Sizes: 5, 3-7 or 2,4,6."})
+    train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train puzzles per size.", "min": 1})
+    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test puzzles per size.", "min": 0})
+    data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
+    template: str | None = task_data_field("template")
+    depth: int = field(default=2, metadata={"help": "Maximum statement depth."})
+    width: int = field(default=2, metadata={"help": "Maximum operands of and/or."})
+
+    def write(self) -> dict[str, Path]:
+        """Write the files; return their paths by name."""
+        check_output_folder(self.out, "--out")
+        return write_kk(
+            self.out, people=self.people, train=self.train_puzzles, test=self.eval_puzzles, seed=self.data_seed,
+            template=self.template or DEFAULT_TEMPLATE, depth=self.depth, width=self.width,
+        )  # fmt: skip
+
+
+KK = Task(
+    name="kk",
+    summary="Knights-and-Knaves puzzles as JSONL and Parquet",
+    group="people",
+    default_template=DEFAULT_TEMPLATE,
+    rewards=tuple(rewards.SCORERS),
+    default_rewards=("logic_rl",),
+    accuracy_reward="accuracy",
+    rows=kk_rows,
+    make_reward=rewards.make_reward,
+    judge=kk_judge,
+    describe_data=describe_kk,
+    data_settings=KKData,
+    recipe="kk-tiny-cpu.yaml",
+)

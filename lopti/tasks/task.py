@@ -1,0 +1,82 @@
+"""What a task is to lopti: `TaskData`, the data settings the commands share, and `Task`, one task's record.
+
+A task (lopti/tasks/kk, lopti/tasks/math, or one of your own, added with `lopti.tasks.registry.register_task`)
+turns `TaskData` settings into (train, held-out) rows whose `prompt` is what the trainer feeds the model, names
+its reward functions, judges one evaluation answer as (correct, well formed), says how its results are grouped
+(K&K: by number of people; math: by level) and how its data reads in a model card, and may bring a `lopti data`
+command and a default `lopti train` recipe. Nothing outside lopti/tasks names a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# the help of a `lopti data` command's seed
+SEED_HELP = "Seed of the generated data (a number or a word); the same seed and settings give identical files."
+
+
+@dataclass
+class TaskData:
+    """Which prompts a task generates or reads: the settings that `lopti train`, `eval` and `analyze` share."""
+
+    task: str = field(
+        default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves), 'math', or one registered in lopti.tasks."}
+    )
+    template: str | None = field(
+        default=None, metadata={"help": "Prompt template; null: the task's own (kk: chatml-think, math: chat)."}
+    )
+    people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})
+    levels: str = field(default="1-3", metadata={"help": "Math: levels of the generated problems, 1-5."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "Math: training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
+    )
+    eval_file: str | None = field(default=None, metadata={"help": "Math: held-out file, same formats."})
+    train_puzzles: int = field(
+        default=900, metadata={"help": "Generated training prompts per K&K size / math level.", "min": 1}
+    )
+    eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on; null: people."})
+    eval_puzzles: int = field(
+        default=100, metadata={"help": "Generated held-out prompts per K&K size / math level.", "min": 0}
+    )
+    data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
+    fixed_names: bool = field(
+        default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
+    )
+
+    def prompt_template(self) -> str:
+        """Return the template the prompts take: `template`, or the task's default one."""
+        from lopti.tasks.registry import get_task  # the registry imports every task, and each task this module
+
+        return self.template or get_task(self.task).default_template
+
+
+def task_data_field(name: str, **changes):
+    """Return a dataclass field like TaskData's `name` (its default and help) unless `changes` say otherwise:
+    for settings that take only some of the task data keys, without a second copy of their defaults."""
+    source = TaskData.__dataclass_fields__[name]
+    return field(**{"default": source.default, "metadata": source.metadata, **changes})
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: its data, prompts, rewards and judge, and how its results are grouped and worded."""
+
+    name: str
+    summary: str  # one line: what the prompts are (`lopti data NAME`'s help)
+    group: str  # the row key evaluation results are grouped by, e.g. "people" or "level"
+    default_template: str  # the prompt template when TaskData's `template` is null
+    rewards: tuple[str, ...]  # the reward names `make_reward` knows
+    default_rewards: tuple[str, ...]  # what `rewards` is when a run gives none
+    accuracy_reward: str  # the reward that says whether an answer is right; always logged
+    rows: Callable[[TaskData], tuple[list[dict], list[dict]]]  # (train, held-out) rows with a `prompt` each
+    make_reward: Callable[..., Callable[..., list[float]]]  # (name, eos_token_id, pad_token_id) -> a TRL reward
+    judge: Callable[[str, dict], tuple[bool, bool]]  # (answer with the prompt's prefill, row) -> (correct, formed)
+    describe_data: Callable[[TaskData], str]  # the data in a few words, for the model card
+    data_settings: type | None = None  # `lopti data NAME`'s dataclass: its fields are the flags, `.write()` -> paths
+    recipe: str | None = None  # `lopti train --task NAME`'s recipe, a file in lopti/configs; None: field defaults
+
+    def accuracy_metric(self) -> str:
+        """Return the metrics.jsonl key of the accuracy reward's batch mean (TRL logs a reward under its
+        function's name)."""
+        return f"rewards/{self.make_reward(self.accuracy_reward).__name__}/mean"

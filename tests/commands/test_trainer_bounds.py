@@ -1,0 +1,29 @@
+"""`TRAINER_BOUNDS` holds only bounds that TRL and transformers leave unchecked: each value past one of them builds a
+`LoptiGRPOConfig` without an error, so lopti must refuse it itself. When this fails, the library checks that bound
+now: drop it from the table, and the library's ValueError is the one line a user sees."""
+
+import pytest
+
+from lopti.commands.settings import TRAINER_BOUNDS
+from lopti.train.config import LoptiGRPOConfig
+
+CHECKED_BY_LOPTI_FIRST = {"num_generations"}  # TRL checks it, after LoptiGRPOConfig's own message divides by it
+# named choices (transformers checks them; lopti's message only names the key as well) are not bounds
+NUMERIC = {key for key, bounds in TRAINER_BOUNDS.items() if "choices" not in bounds}
+
+
+def below(bounds: dict) -> int:
+    """Return a value 1 below the lower bound of `bounds` ("min" or "above")."""
+    return bounds["min"] - 1 if "min" in bounds else bounds["above"] - 1
+
+
+@pytest.mark.parametrize("key", sorted(NUMERIC - CHECKED_BY_LOPTI_FIRST))
+def test_the_libraries_take_each_value_lopti_refuses(key, tmp_path):
+    value = below(TRAINER_BOUNDS[key])
+    LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], **{key: value})
+
+
+def test_a_bound_transformers_checks_is_left_to_it(tmp_path):
+    assert "warmup_steps" not in TRAINER_BOUNDS
+    with pytest.raises(ValueError, match="warmup_steps >= 0"):
+        LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], warmup_steps=-1)
