@@ -101,9 +101,11 @@ def _changed(registered: dict[str, Any], now: dict[str, Any]) -> list[str]:
     keys = sorted(key for key in registered.keys() | now.keys() if registered.get(key) != now.get(key))
     if "recipe" in keys:
         recipe = registered.get("recipe", {}), now.get("recipe", {})
-        keys[keys.index("recipe")] = "recipe (" + ", ".join(
-            sorted(k for k in recipe[0].keys() | recipe[1].keys() if recipe[0].get(k) != recipe[1].get(k))
-        ) + ")"
+        keys[keys.index("recipe")] = (
+            "recipe ("
+            + ", ".join(sorted(k for k in recipe[0].keys() | recipe[1].keys() if recipe[0].get(k) != recipe[1].get(k)))
+            + ")"
+        )
     return keys
 
 
