@@ -60,12 +60,15 @@ TRAIN = [
     (["--config", "TMP/binary.yaml"], "TMP/binary.yaml: not a text file"),
     (["--config", "TMP"], "config file TMP is a folder"),
     (["--model", "tiny-base"], "cache entry TMP/cache/tiny-base-v3 is a file"),
-    (["--max_completion_length", "1000000000"], "max_completion_length 1000000000: the longest prompt ("),
     (
-        ["--max_completion_length", "1000"],
+        ["--task", "kk", "--max_completion_length", "1000000000"],
+        "max_completion_length 1000000000: the longest prompt (",
+    ),
+    (
+        ["--task", "kk", "--max_completion_length", "1000"],
         "than the 1024 positions model tiny attends to (max_position_embeddings); set",
     ),
-    (["--eval_max_new_tokens", "5000"], "eval_max_new_tokens 5000: the longest prompt ("),
+    (["--task", "kk", "--eval_max_new_tokens", "5000"], "eval_max_new_tokens 5000: the longest prompt ("),
 ]
 OTHERS = [
     (["eval", "--model", "tiny", "--batch_size", "0"], "batch_size must be ≥ 1, got 0"),

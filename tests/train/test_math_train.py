@@ -1,6 +1,7 @@
 """`lopti train --task math` and `lopti data math` end to end on a tiny model."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,6 +11,9 @@ from lopti.commands.settings import RunConfig
 from lopti.commands.train_run import task_rewards
 from lopti.tasks.math.data import load_math_rows
 from lopti.tasks.registry import get_task
+from lopti.train.precision import native_bf16
+
+RECIPES = Path(__file__).resolve().parents[2] / "lopti" / "configs"
 
 
 def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_path):
@@ -21,7 +25,9 @@ def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_pa
     assert main(argv) == 0
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["task"] == "math" and config["template"] == "chat-example"  # the form SmolLM2 answers in
-    assert config["ar_alpha"] == 0.0 and config["lopti"] is False and config["learning_rate"] == 1e-5  # GRPO
+    recipe = yaml.safe_load((RECIPES / "math-smollm2-ar-cpu.yaml").read_text())
+    assert config["ar_alpha"] == 0.1 and config["lopti"] is False  # AR alone: the paper's choice for math
+    assert config["learning_rate"] == recipe["learning_rate"] and config["bf16"] is native_bf16()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("rewards/math/mean" in m for m in metrics)
     after = json.loads((out / "eval_after.json").read_text())
