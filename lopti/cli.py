@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -203,6 +204,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from lopti.commands.command_line import add_settings, sections_of
 
     parser = Parser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
+    # the installed distribution's version, so a wheel and an editable install each report what pip installed
+    parser.add_argument("--version", action="version", version=f"lopti {metadata.version('lopti')}")
     commands = parser.add_subparsers(dest="command", required=True)
     data = None
     for name, (summary, description) in _commands().items():

@@ -4,6 +4,7 @@ to a dataclass is a flag and a YAML key at once, without touching lopti/cli.py."
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import yaml
@@ -133,3 +134,11 @@ def test_yaml_then_command_line_and_a_flag_alone_means_true(trained, tmp_path):
     run, trainer_kwargs = trained[0]
     assert (trainer_kwargs["max_steps"], trainer_kwargs["lopti"], trainer_kwargs["learning_rate"]) == (5, True, 0.2)
     assert (trainer_kwargs["num_iterations"], run.people, run.train_puzzles) == (2, "3-4", 900)
+
+
+def test_version_prints_the_version_pyproject_declares(capsys):
+    """`lopti --version` reports the installed package, which must be the version pyproject.toml builds."""
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    declared = re.search(r'^version = "([^"]+)"$', pyproject, re.MULTILINE).group(1)
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"lopti {declared}"
