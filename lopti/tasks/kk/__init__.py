@@ -1,0 +1,1 @@
+"""Knights and Knaves: puzzles with a proven unique solution, their prompts, traces and the paper's reward."""

@@ -1,0 +1,91 @@
+"""Build-time steps of the docs site (mkdocs.yml `hooks:`), so that no page can drift from the code or the records.
+
+- The settings reference: `<!-- settings: COMMAND -->` in a page becomes the tables of COMMAND's settings, made from
+  the same dataclasses, sections, types and defaults that `lopti COMMAND --help` prints.
+- The records: results/ (outside docs/) is published under the site's results/, so the pages link to it as
+  `../results/...` both on the repository and in the site; such links are rewritten to the published copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import posixpath
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File, Files, InclusionLevel
+
+ROOT = Path(__file__).parent
+RECORDS = ROOT / "results"
+MARKER = re.compile(r"<!-- settings: ([a-z ]+) -->")
+RECORD_LINK = re.compile(r"\]\(((?:\.\./)+results/[^)#\s]*)(#[^)\s]*)?\)")
+
+
+def _imported(path: str) -> type:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _cell(text: str) -> str:
+    """Return `text` safe inside a markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def settings_tables(command: str) -> str:
+    """Return the markdown tables of `lopti COMMAND`'s settings: lopti's own sections field by field, the
+    sections inherited from TRL and transformers as one line each (`--help` lists them all)."""
+    from lopti.cli import SETTINGS
+    from lopti.commands.command_line import sections_of
+    from lopti.commands.fields import field_default, field_types, shown_value, type_word
+
+    lines, seen = [], set()
+    for section in sections_of(*map(_imported, SETTINGS[command])):
+        fields = [item for item in section.fields() if item.name not in seen]
+        seen.update(item.name for item in fields)
+        if not fields:
+            continue
+        if not section.title.endswith("(lopti)"):
+            names = ", ".join(f"`{item.name}`" for item in fields[:6])
+            lines += [f"**{section.title}**: {len(fields)} more settings ({names}, …); `lopti {command} --help` "
+                      "lists each with its help and default.", ""]
+            continue
+        hints = field_types(section.schema)
+        lines += [f"**{section.title}** — {section.description}", "", "| key | value | default | what it does |",
+                  "|---|---|---|---|"]
+        for item in fields:
+            default = field_default(item)
+            shown = "required" if default is dataclasses.MISSING else f"`{_cell(shown_value(default))}`"
+            lines.append(f"| `{item.name}` | `{_cell(type_word(hints[item.name]))}` | {shown} | "
+                         f"{_cell(item.metadata.get('help', ''))} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+class Record(File):
+    """A file of results/ in the site: copied as it is, a record's markdown included (not rendered as a page)."""
+
+    def is_documentation_page(self) -> bool:
+        return False
+
+
+def on_files(files: Files, config) -> Files:
+    """Publish the records under results/ beside the pages, as files the pages may link to."""
+    for path in sorted(RECORDS.rglob("*")):
+        if path.is_file():  # at results/... in the site, read from results/... in the repository
+            uri = path.relative_to(ROOT).as_posix()
+            files.append(Record(uri, str(ROOT), config["site_dir"], config["use_directory_urls"],
+                                inclusion=InclusionLevel.NOT_IN_NAV))
+    return files
+
+
+def on_page_markdown(markdown: str, page, config, files: Files) -> str:
+    """Fill the settings markers, and point links at results/ to the records published in the site."""
+    markdown = MARKER.sub(lambda match: settings_tables(match.group(1)), markdown)
+    page_dir = posixpath.dirname(page.file.src_uri) or "."
+
+    def published(match: re.Match) -> str:
+        target = posixpath.normpath(posixpath.join("docs", page_dir, match.group(1)))  # from the repository root
+        return f"]({posixpath.relpath(target, page_dir)}{match.group(2) or ''})"
+
+    return RECORD_LINK.sub(published, markdown)
