@@ -7,7 +7,7 @@ plots (the study's curves.png draws every run). A run whose
 run.json and evaluations are there counts as finished for `lopti compare`, so copying the records back into a
 results folder (`cp -r KEPT/. RESULTS/`) and running the same `lopti compare` trains only the runs left.
 
-    python bench/keep_study.py results/smollm2-math docs/results/smollm2-math
+    python bench/keep_study.py /scratch/smollm2-math results/smollm2-math
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def write_report(
             "",
             "After the update of every `update_quality_every`-th RL step, the share of the batch's tokens whose "
             "probability moved the way their advantage asks: rose for Â > 0 (left), fell for Â < 0 (right), per "
-            "π_old bucket (`quality/correct_*` in metrics.jsonl; docs/trainer.md). Above 0.5 the update moved most "
+            "π_old bucket (`quality/correct_*` in metrics.jsonl; docs/guides/trl.md). Above 0.5 the update moved most "
             "of a bucket's tokens the right way; dashed lines, where present, are Lopti's phase 1 alone.",
             "",
             f"![update quality]({quality.name})",

@@ -4,7 +4,7 @@ Each preset is a factory: its keyword defaults are the paper's constants, it che
 a step `step(context) -> TokenCredit` (see `lopti.core.credit`). "The batch" of a paper is here the
 micro-batch the loss sees on one process. Selections use the current policy's detached log-probs and
 entropies from the loss's own forward pass, so no preset needs an extra forward or backward pass.
-docs/token-credit.md gives each method's equation, constants and reported gains.
+docs/guides/token-credit.md gives each method's equation, constants and reported gains.
 """
 
 from __future__ import annotations

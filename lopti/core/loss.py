@@ -1,5 +1,5 @@
 """Per-token policy surrogates: the clipped one with asymmetric and dual clipping (docs/paper.md §2), and TRL's
-CISPO and SAPO, which AR's weights and Lopti's zeroed advantages enter the same way (docs/trainer.md)."""
+CISPO and SAPO, which AR's weights and Lopti's zeroed advantages enter the same way (docs/guides/trl.md)."""
 
 from __future__ import annotations
 

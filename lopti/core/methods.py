@@ -3,7 +3,7 @@
 
 A method name joins parts with "+": `grpo` alone (the plain objective), or any of `ar` (Advantage
 Reweighting, docs/paper.md §4), `lopti` (the two-phase update, §5) and the token-credit presets of
-`lopti.core.credit_presets` (docs/token-credit.md), e.g. `ar+lopti`, `stapo`, `ar+stapo`. `entropyNN` is
+`lopti.core.credit_presets` (docs/guides/token-credit.md), e.g. `ar+lopti`, `stapo`, `ar+stapo`. `entropyNN` is
 the high-entropy-minority preset with ρ = NN % (`entropy20` is that paper's default). Parsing checks the
 combination as the trainer's config would, so a bad name fails before any run starts.
 

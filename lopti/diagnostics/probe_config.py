@@ -101,7 +101,7 @@ class ProbeConfig:
         metadata={
             "help": "Methods whose update is compared, as `lopti compare --variants` names them: grpo, ar, lopti, "
             "the credit presets (stapo, high_entropy, entropyNN, clip_cov, kl_cov, w_reinforce, tr_grpo, stare) "
-            "and their combinations with '+' (ar+lopti, ar+stapo); docs/token-credit.md."
+            "and their combinations with '+' (ar+lopti, ar+stapo); docs/guides/token-credit.md."
         },
     )
     # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;

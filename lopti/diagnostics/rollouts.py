@@ -85,7 +85,7 @@ def load_rollouts(path: str | Path, tokenizer) -> Rollouts:
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     try:
         header, rows = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
-        # the files in docs/analysis/ name the group size group_size
+        # the files in results/analysis/ name the group size group_size
         made_with, num_generations = header["tokenizer"], int(header.get("num_generations", header.get("group_size")))
     except (IndexError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path}: not a lopti rollouts file ({error})") from None

@@ -17,7 +17,7 @@ from lopti.train.guards import GROWTH_LIMIT
 # TRL loss types that lopti's objective computes exactly as GRPOTrainer does, whatever lopti's settings.
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 # TRL loss types that lopti's objective also computes, so that they compose with AR, Lopti and the KL estimators
-# (docs/trainer.md): LUSPO with the clipped surrogate, CISPO and SAPO with their own per-token surrogates.
+# (docs/guides/trl.md): LUSPO with the clipped surrogate, CISPO and SAPO with their own per-token surrogates.
 COMPOSING_LOSS_TYPES = ("luspo", "cispo", "sapo")
 
 
@@ -96,7 +96,7 @@ class LoptiGRPOConfig(GRPOConfig):
     token_credit: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "Per-token credit presets applied after AR and Lopti, in order (docs/token-credit.md): "
+            "help": "Per-token credit presets applied after AR and Lopti, in order (docs/guides/token-credit.md): "
             f"{', '.join(PRESETS)}. A comma- or plus-separated string is split. Constants default to each "
             "paper's; set them in token_credit_kwargs. Pass your own steps as LoptiGRPOTrainer(token_credit=...)."
         },

@@ -3,7 +3,7 @@
 A mixin for TRL's `GRPOTrainer` or a subclass of it, placed first: `class T(CpuFastPath, GRPOTrainer)`; lopti's
 trainer with it is `lopti.train.cpu.CpuLoptiGRPOTrainer`, which `lopti train` uses on the CPU. It is not a base of
 `LoptiGRPOTrainer`: on a GPU none of it runs. It changes how TRL's numbers are computed, never which ones (the same
-up to float rounding; docs/trainer.md states the tolerances), by overriding four TRL methods:
+up to float rounding; docs/guides/trl.md states the tolerances), by overriding four TRL methods:
 - `_generate_single_turn`: the rollout's prefill once per distinct prompt, and a sampling loop that drops ended
   rows (`shared_prefill_generate`, lopti/train/packing.py and lopti/train/decode.py);
 - `_get_per_token_logps_and_entropies`: the log-prob forward on the packed layout (`packed_log_probs`);

@@ -1,7 +1,7 @@
 """What `LoptiGRPOTrainer` logs of each loss pass: TRL's metrics of the loss under TRL's names, and lopti's own.
 
 A mixin of the trainer (lopti/train/trainer.py), kept apart so that the trainer's file holds the algorithm; the
-metrics' meanings are in docs/trainer.md ("Metrics").
+metrics' meanings are in docs/guides/trl.md ("Metrics").
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
     no `token_credit` and `advantage_estimator=None` it trains exactly like GRPOTrainer, whatever TRL loss options
-    are set (docs/trainer.md); `CpuLoptiGRPOTrainer` (lopti.train.cpu) does, to float rounding, in about half the
+    are set (docs/guides/trl.md); `CpuLoptiGRPOTrainer` (lopti.train.cpu) does, to float rounding, in about half the
     time on the CPU.
 
     `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
@@ -237,7 +237,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
     # micro-batches, counting micro-steps in `_step`. Lopti (num_iterations=2) makes the first pass its phase 1
     # (π_old < η) and the second its phase 2 (the rest, from the weights phase 1 updated); LoptiGRPOConfig makes
     # each pass whole optimizer steps. `max_steps` keeps TRL's meaning (optimizer steps), so a Lopti run generates
-    # half the batches of a GRPO run with the same max_steps (docs/trainer.md, "Lopti's schedule").
+    # half the batches of a GRPO run with the same max_steps (docs/guides/trl.md, "Lopti's schedule").
     def optimizer_steps_per_batch(self) -> int:
         """Return how many optimizer steps train on one generated batch (2 per pass-aligned batch with Lopti)."""
         return max(self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps, 1)
@@ -281,7 +281,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
 
         per_token = terms.policy
         # TRL's correction for vLLM sampling with other numerics than training; the paper has none, so
-        # the paper's recipes turn it off (docs/trainer.md).
+        # the paper's recipes turn it off (docs/guides/trl.md).
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
         kl = terms.kl

@@ -111,6 +111,6 @@ def test_rollouts_files_name_the_group_size_num_generations_or_group_size(tmp_pa
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     header = json.loads(lines[0])
     assert header["num_generations"] == 2
-    header["group_size"] = header.pop("num_generations")  # as the files in docs/analysis/ hold it
+    header["group_size"] = header.pop("num_generations")  # as the files in results/analysis/ hold it
     (tmp_path / "old.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     assert load_rollouts(tmp_path / "old.jsonl", tokenizer) == rollouts

@@ -65,7 +65,7 @@ def test_math_reward_is_verls_custom_reward_on_lopti_data(recipe, tmp_path):
 
 
 def test_the_documented_overrides_switch_ar_and_lopti_on_verls_own_config():
-    overrides = [  # docs/verl.md, "Switching AR and Lopti on"
+    overrides = [  # docs/guides/verl.md, "Switching AR and Lopti on"
         "actor_rollout_ref.actor.policy_loss._target_=lopti.integrations.verl.ar.ARPolicyLossConfig",
         "actor_rollout_ref.actor.policy_loss.loss_mode=lopti_ar",
         "+actor_rollout_ref.actor.policy_loss.ar_alpha=0.3",

@@ -4,7 +4,7 @@ Over 10,000 seeded completions in families built to win credit without the right
 words, negated or conditional answer lines, retractions, answers hidden in the reasoning...), plus random
 junk, plus every hand-written case. Each scorer must return a finite value in its range, its parsers must
 not raise, and no wrong-answer family may earn the credit it is after. Families a scorer deliberately
-accepts are named where they are exempted (docs/kk.md, docs/math.md).
+accepts are named where they are exempted (docs/guides/kk.md, docs/guides/math.md).
 """
 
 from __future__ import annotations

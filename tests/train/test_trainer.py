@@ -64,7 +64,7 @@ def logged(trainer, key):
 # TRL's losses and gradients to the last float bits; the CPU fast path (packed forwards, its sampling loop) gives
 # the same rollouts and the same numbers up to float rounding. Adam divides each gradient by its own running scale,
 # so a weight whose gradient is near zero turns rounding into a full step; COMMON's adam_epsilon of 1e-6 (TRL's
-# default 1e-8) bounds that, leaving about 1e-5 in the weights here. docs/trainer.md states these tolerances.
+# default 1e-8) bounds that, leaving about 1e-5 in the weights here. docs/guides/trl.md states these tolerances.
 EXACT = dict(loss=1e-7, grad_norm=1e-5, weights=1e-5)
 FAST_PATH = dict(loss=1e-6, grad_norm=1e-4, weights=1e-4)
 

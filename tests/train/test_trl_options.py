@@ -1,5 +1,5 @@
 """TRL's loss options beyond the four loss types lopti's objective has always computed: with lopti's loss features
-off each trains as GRPOTrainer trains; with them on it composes as docs/trainer.md states, or the config says why not.
+off each trains as GRPOTrainer trains; with them on it composes as docs/guides/trl.md states, or the config says why not.
 """
 
 import math
@@ -32,7 +32,7 @@ TRL_OPTIONS = {
 }
 
 
-# Where lopti's own metrics live (docs/trainer.md, "Metrics").
+# Where lopti's own metrics live (docs/guides/trl.md, "Metrics").
 LOPTI_PREFIXES = ("lopti/", "probs/", "clip/", "ar/", "credit/", "quality/")
 
 
@@ -145,7 +145,7 @@ def trainer_and_batch(model_dir, kk_prompts, tmp_path, **settings) -> tuple[Lopt
 def test_composing_loss_types_are_trls_surrogate_on_lopti_credited_advantages(
     peaked_model_dir, kk_prompts, tmp_path, settings, phase
 ):
-    """docs/trainer.md: with AR (α = 0.5: w = 0.5·π_old + 0.5) or a Lopti phase (low_first: π_old < η in phase 1,
+    """docs/guides/trl.md: with AR (α = 0.5: w = 0.5·π_old + 0.5) or a Lopti phase (low_first: π_old < η in phase 1,
     the rest in phase 2) the loss and its gradient are TRL's for the same loss_type, given the per-token
     advantages w·Â, or Â on the phase's tokens and 0 elsewhere. Old log-probs off the current ones make r ≠ 1."""
     trainer, batch = trainer_and_batch(peaked_model_dir, kk_prompts, tmp_path, **settings)
@@ -332,7 +332,7 @@ def off_policy_batch(trainer, prompts):
 @pytest.mark.parametrize("loss_type", ["cispo", "sapo"])
 def test_cispo_and_sapo_compose_with_the_kl_estimators_and_the_entropy_bonus(peaked_model_dir, kk_prompts, tmp_path,
                                                                              loss_type):  # fmt: skip
-    """docs/trainer.md: with AR, k3's KL and the entropy bonus, the loss and gradient are TRL's for the loss type
+    """docs/guides/trl.md: with AR, k3's KL and the entropy bonus, the loss and gradient are TRL's for the loss type
     given the AR-weighted advantages; another estimator changes only the KL term: by β × k2 − k3, aggregated as the
     loss type aggregates (k2 = ½ d², k3 = e^(−d) + d − 1, d = log π − log π_ref)."""
     trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,

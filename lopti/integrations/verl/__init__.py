@@ -1,4 +1,4 @@
-"""AR and Lopti inside verl 0.9, as an installed plugin (docs/verl.md).
+"""AR and Lopti inside verl 0.9, as an installed plugin (docs/guides/verl.md).
 
 verl imports every module of its `verl.plugins` entry-point group when it is itself imported, in the
 driver and in every Ray worker. lopti declares two, each registering one piece, so that a failure in

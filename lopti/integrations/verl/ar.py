@@ -1,4 +1,4 @@
-"""Advantage Reweighting as a verl policy loss, `lopti_ar` (docs/paper.md §4; docs/verl.md).
+"""Advantage Reweighting as a verl policy loss, `lopti_ar` (docs/paper.md §4; docs/guides/verl.md).
 
 Switched on by three overrides of `actor_rollout_ref.actor.policy_loss`: `_target_` names
 `ARPolicyLossConfig` (verl builds the actor config with Hydra's `instantiate`, so the subclass carries

@@ -1,4 +1,4 @@
-"""Lopti as a verl v1 trainer mode, `trainer.v1.trainer_mode=lopti` (docs/paper.md §5; docs/verl.md).
+"""Lopti as a verl v1 trainer mode, `trainer.v1.trainer_mode=lopti` (docs/paper.md §5; docs/guides/verl.md).
 
 verl's synchronous trainer, with one change to the RL step: the actor update runs twice on the same
 batch. The response tokens are split once by π_old (verl's `old_log_probs`, computed once per step at

@@ -5,7 +5,7 @@ All ask for step-by-step reasoning and a final answer in \\boxed{}, the DeepScal
 `raw` is fed to the model verbatim (no chat template, as in the paper's raw-text runs); `chat` is one
 user turn that the trainer renders with the tokenizer's own chat template; `chat-example` puts one solved
 problem (a user turn and the assistant's answer, ending in \\boxed{}) before that turn, for a small model that
-does not write the box from the instruction alone (SmolLM2-135M-Instruct: docs/math.md).
+does not write the box from the instruction alone (SmolLM2-135M-Instruct: docs/guides/math.md).
 """
 
 from __future__ import annotations

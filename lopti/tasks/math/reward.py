@@ -1,7 +1,7 @@
 """Math rewards (docs/paper.md §8): the last \\boxed{...} answer, graded by math-verify, 1.0 or 0.0.
 
 Grading follows the DeepScaleR/verl convention the paper trained with, made safe against answers that
-only look right (docs/math.md): the graded text is the response's `final_text` (after the last
+only look right (docs/guides/math.md): the graded text is the response's `final_text` (after the last
 "</think>", and not inside a "<think>" reopened after it); its last complete \\boxed{...} (or \\fbox{...})
 is the answer; math-verify decides whether it equals the ground truth (1/2, 0.5 and \\frac{1}{2} are
 the same answer). Against a plain value, an answer that states a relation ("4 = 3", "3 \\approx 4") or a

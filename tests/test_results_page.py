@@ -1,0 +1,149 @@
+"""docs/results.md and the README state only what the records under results/ hold: every table cell copied from a
+study's results.md, every per-seed accuracy and RL time computed from its results.json and run.json files, and
+every percentage in the prose found in that section's records."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PAGE = ROOT / "docs" / "results.md"
+MARKER = re.compile(r"<!-- record: (\S+) -->")
+PERCENT = re.compile(r"(\d+\.\d+)(?:–(\d+\.\d+))?%")
+RL_TIME = re.compile(r"RL took (\d+)–(\d+) s per run")
+
+
+def normal(cell: str) -> str:
+    """Return a table cell as the records write it (ASCII minus, no emphasis or code marks)."""
+    return cell.replace("−", "-").replace("**", "").replace("`", "").strip()
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Return the markdown tables of `text`: each a list of rows of cells, the header first, the rule left out."""
+    found, current = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [normal(cell) for cell in line.strip().strip("|").split("|")]
+            if not all(set(cell) <= set("-: ") for cell in cells):
+                current.append(cells)
+        elif current:
+            found.append(current)
+            current = []
+    return found
+
+
+def record_columns(record: Path) -> dict[str, dict[str, str]]:
+    """Return {column header: {variant: cell}} over every table of a study's results.md; a header that two tables
+    share (above / below / equal) keeps its first table's column."""
+    columns: dict[str, dict[str, str]] = {}
+    for header, *rows in tables(record.read_text()):
+        for index, name in enumerate(header[1:], start=1):
+            if name not in columns:
+                columns[name] = {row[0]: row[index] for row in rows if len(row) == len(header)}
+    return columns
+
+
+def study_runs(record: Path) -> dict[str, dict] | None:
+    """Return the runs of the study whose results.md is `record` (its results.json), or None without one."""
+    path = record.parent / "results.json"
+    return json.loads(path.read_text())["runs"] if record.name == "results.md" and path.is_file() else None
+
+
+def per_seed(runs: dict[str, dict], variant: str) -> str:
+    """Return a variant's greedy held-out accuracy after RL per seed, in %, as the page lists them."""
+    seeds = sorted(run["seed"] for run in runs.values() if run["variant"] == variant)
+    return ", ".join(f"{runs[f'{variant}-s{seed}']['after']['overall']['accuracy'] * 100:.1f}" for seed in seeds)
+
+
+def record_percentages(records: list[Path]) -> set[str]:
+    """Return every one-decimal number the records state: in their markdown, and every share in their JSON in %."""
+    found: set[str] = set()
+    for record in records:
+        found |= set(re.findall(r"\d+\.\d", record.read_text()))
+        for path in [record.parent / "results.json"] if study_runs(record) else []:
+            found |= {f"{value * 100:.1f}" for value in _numbers(json.loads(path.read_text())) if 0 <= value <= 1}
+    return found
+
+
+def _numbers(tree) -> list[float]:
+    if isinstance(tree, dict):
+        return [number for value in tree.values() for number in _numbers(value)]
+    if isinstance(tree, list):
+        return [number for value in tree for number in _numbers(value)]
+    return [float(tree)] if isinstance(tree, (int, float)) and not isinstance(tree, bool) else []
+
+
+def sections(text: str) -> list[str]:
+    """Return the page's "## " sections."""
+    return re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+
+
+def finding_sections() -> list[tuple[str, list[Path]]]:
+    return [(section, [ROOT / path for path in MARKER.findall(section)]) for section in sections(PAGE.read_text())]
+
+
+def check_tables(section: str, records: list[Path]) -> int:
+    """Assert that each table after a `<!-- record: ... -->` marker in `section` is its record's: every cell under
+    a header the record has, the per-seed column recomputed from results.json, and a stated RL time range from the
+    runs' run.json. Return how many cells were checked."""
+    checked = 0
+    for path, block in zip(MARKER.findall(section), MARKER.split(section)[2::2], strict=True):
+        record = ROOT / path
+        columns, runs = record_columns(record), study_runs(record)
+        header, *rows = tables(block)[0]
+        for row in rows:
+            variant = row[0]
+            for name, cell in zip(header[1:], row[1:], strict=True):
+                if name in columns:
+                    assert cell == columns[name].get(variant, "–"), (path, variant, name)
+                else:
+                    assert name.startswith("greedy after, seeds") and runs, f"{path}: no column {name!r}"
+                    assert cell == per_seed(runs, variant), (path, variant)
+                checked += 1
+    for low, high in RL_TIME.findall(section):
+        seconds = [json.loads(path.read_text())["train_seconds"] for record in records
+                   for path in (record.parent / "runs").glob("*/run.json")]
+        assert seconds and (low, high) == (f"{min(seconds):.0f}", f"{max(seconds):.0f}")
+    return checked
+
+
+FINDINGS = [item for item in finding_sections() if item[1]]
+NAMES = [section.split("\n")[0][:50] for section, _ in FINDINGS]
+
+
+@pytest.mark.parametrize("section, records", FINDINGS, ids=NAMES)
+def test_each_table_cell_is_the_records(section, records):
+    assert check_tables(section, records) > 0
+
+
+@pytest.mark.parametrize("section, records", FINDINGS, ids=NAMES)
+def test_each_percentage_in_the_prose_is_in_the_records(section, records):
+    stated = {number for match in PERCENT.findall(section) for number in match if number}
+    assert stated, "a finding without a percentage to check"
+    missing = stated - record_percentages(records)
+    assert not missing, f"not in {[str(record.relative_to(ROOT)) for record in records]}: {sorted(missing)}"
+
+
+def test_the_readme_states_the_results_pages_numbers():
+    """The README's paragraph on results quotes percentages the results page's records hold, and links the page."""
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme.split("## What the results say", 1)[1].split("\n## ", 1)[0]
+    assert "docs/results.md" in paragraph
+    records = [record for _, found in finding_sections() for record in found]
+    stated = {number for match in PERCENT.findall(paragraph) for number in match if number}
+    assert stated - record_percentages(records) == set()
+
+
+@pytest.mark.parametrize("wrong", ["41.6 [32.2, 50.8]", "37.2, 43.0, 44.3", "RL took 389–699 s per run"])
+def test_a_page_that_disagrees_with_its_record_fails(wrong):
+    """One cell, one per-seed value or one run time changed in the SmolLM2 section: the check fails."""
+    section, records = next(item for item in FINDINGS if "smollm2-math" in str(item[1]))
+    right = {"41.6": "41.5 [32.2, 50.8]", "37.2,": "37.2, 43.0, 44.2", "RL took": "RL took 389–698 s per run"}
+    original = next(text for prefix, text in right.items() if wrong.startswith(prefix))
+    assert original in section
+    with pytest.raises(AssertionError):
+        check_tables(section.replace(original, wrong, 1), records)
