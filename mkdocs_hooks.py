@@ -32,14 +32,15 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def settings_tables(command: str) -> str:
+def settings_tables(command: str, seen: set[str]) -> str:
     """Return the markdown tables of `lopti COMMAND`'s settings: lopti's own sections field by field, the
-    sections inherited from TRL and transformers as one line each (`--help` lists them all)."""
+    sections inherited from TRL and transformers as one line each (`--help` lists them all). Fields in `seen`
+    (shown earlier on the page: `lopti compare` takes all of `lopti train`'s) are left out, and added to it."""
     from lopti.cli import SETTINGS
     from lopti.commands.command_line import sections_of
     from lopti.commands.fields import field_default, field_types, shown_value, type_word
 
-    lines, seen = [], set()
+    lines = []
     for section in sections_of(*map(_imported, SETTINGS[command])):
         fields = [item for item in section.fields() if item.name not in seen]
         seen.update(item.name for item in fields)
@@ -81,7 +82,8 @@ def on_files(files: Files, config) -> Files:
 
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
     """Fill the settings markers, and point links at results/ to the records published in the site."""
-    markdown = MARKER.sub(lambda match: settings_tables(match.group(1)), markdown)
+    seen: set[str] = set()
+    markdown = MARKER.sub(lambda match: settings_tables(match.group(1), seen), markdown)
     page_dir = posixpath.dirname(page.file.src_uri) or "."
 
     def published(match: re.Match) -> str:

@@ -1,5 +1,6 @@
 """TRL's loss options beyond the four loss types lopti's objective has always computed: with lopti's loss features
-off each trains as GRPOTrainer trains; with them on it composes as docs/guides/trl.md states, or the config says why not.
+off each trains as GRPOTrainer trains; with them on it composes as docs/guides/trl.md states, or the config says
+why not.
 """
 
 import math
