@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import logging
 from collections.abc import Iterator
 
 import torch
 from accelerate.utils import is_peft_model
 from transformers import DynamicCache
+from transformers.generation.utils import ALL_CACHE_NAMES
 
 from lopti.core.packing import IGNORED, pack_shared_prompts, unpack
 from lopti.train.decode import sample_unfinished_rows, sampling_cache
@@ -29,6 +31,10 @@ PREALLOCATED_STEPS = 4096
 # The fewest leading tokens shared by every row for the prefill to run them once for all rows: below it the extra
 # forward costs more than it saves.
 SHARED_PREFIX_MIN = 16
+# The prefill and the sampling loop hand the models their KV cache as `cache`, the name newer transformers give it;
+# an older transformers calls it `past_key_values` and rejects `cache`, so there generation stays generate's own.
+CACHE_NAMED_CACHE = "cache" in ALL_CACHE_NAMES
+logger = logging.getLogger(__name__)
 
 
 def packed_log_probs(
@@ -172,7 +178,9 @@ def shared_prefill_generate(
     `decode.sample_unfinished_rows`.
     """
     generate = type(model).generate
-    if input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
+    if not CACHE_NAMED_CACHE:
+        logger.debug("lopti: this transformers names the KV cache past_key_values; generation without the fast path")
+    if not CACHE_NAMED_CACHE or input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
         return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     # the settings generate will use: its generation config with the keyword arguments over it, as generate merges
     # them (lopti's evaluation passes its budget as `max_new_tokens`)
