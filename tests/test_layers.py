@@ -1,4 +1,4 @@
-"""The package's layers import one way (the README's Layout section names them):
+"""The package's layers import one way (CONTRIBUTING.md's Layout section names them):
 
     core ← tasks ← models, evaluation ← diagnostics ← commands ← experiments ← cli
     core ← train (the TRL integration) ← commands;  core, tasks ← integrations (verl)
