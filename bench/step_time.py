@@ -14,7 +14,7 @@ variant but the "padded" ones, which are `LoptiGRPOTrainer` on TRL's code paths,
 each variant also reports its update throughput against the matmul peak (6 · parameters · tokens · passes / update
 seconds) and its rollout generation speed (completion tokens / seconds in `generate`).
 
-Run: python bench/step_time.py --models tiny,smollm2-135m --markdown docs/performance.md
+Run: python bench/step_time.py --models tiny,smollm2-135m --markdown step_time.md  (docs/performance.md quotes it)
 """
 
 from __future__ import annotations
