@@ -60,7 +60,7 @@ def settings_tables(command: str, seen: set[str]) -> str:
             lines.append(f"| `{item.name}` | `{_cell(type_word(hints[item.name]))}` | {shown} | "
                          f"{_cell(item.metadata.get('help', ''))} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) or "No settings beyond those listed above."
 
 
 class Record(File):
