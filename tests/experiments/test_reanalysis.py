@@ -1,12 +1,12 @@
-"""docs/results/reanalysis.md: every table in it is recomputed from the committed per-run records."""
+"""docs/reanalysis.md: every table in it is recomputed from the committed per-run records."""
 
 from pathlib import Path
 
 from lopti.experiments.reanalysis import reanalyse_all
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "results" / "reanalysis.md"
-STUDIES = [Path("docs/results/ablation-varied-xeon"), Path("docs/results/smollm2-math")]
+PAGE = ROOT / "docs" / "reanalysis.md"
+STUDIES = [Path("results/ablation-varied-xeon"), Path("results/smollm2-math")]
 
 
 def test_the_reanalysis_page_is_what_the_records_give(monkeypatch):
