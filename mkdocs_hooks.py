@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import posixpath
 import re
 from pathlib import Path
@@ -22,11 +21,6 @@ MARKER = re.compile(r"<!-- settings: ([a-z ]+) -->")
 RECORD_LINK = re.compile(r"\]\(((?:\.\./)+results/[^)#\s]*)(#[^)\s]*)?\)")
 
 
-def _imported(path: str) -> type:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def _cell(text: str) -> str:
     """Return `text` safe inside a markdown table cell."""
     return " ".join(str(text).split()).replace("|", "\\|")
@@ -36,12 +30,12 @@ def settings_tables(command: str, seen: set[str]) -> str:
     """Return the markdown tables of `lopti COMMAND`'s settings: lopti's own sections field by field, the
     sections inherited from TRL and transformers as one line each (`--help` lists them all). Fields in `seen`
     (shown earlier on the page: `lopti compare` takes all of `lopti train`'s) are left out, and added to it."""
-    from lopti.cli import SETTINGS
+    from lopti.cli import _settings_classes  # the classes `lopti COMMAND --help` lists
     from lopti.commands.command_line import sections_of
     from lopti.commands.fields import field_default, field_types, shown_value, type_word
 
     lines = []
-    for section in sections_of(*map(_imported, SETTINGS[command])):
+    for section in sections_of(*_settings_classes(command)):
         fields = [item for item in section.fields() if item.name not in seen]
         seen.update(item.name for item in fields)
         if not fields:

@@ -16,7 +16,7 @@ from lopti.train.trainer import LoptiGRPOTrainer
 class CpuLoptiGRPOTrainer(CpuFastPath, LoptiGRPOTrainer):
     """LoptiGRPOTrainer whose forwards take the CPU fast path where it applies (`cpu_fast_path`, on by default).
 
-    The same training to float rounding (docs/trainer.md states the tolerances), in about half the time on the CPU;
+    The same training to float rounding (docs/guides/trl.md states the tolerances), in about half the time on the CPU;
     on any other device, or where the fast path does not apply, every call is LoptiGRPOTrainer's own.
     """
 

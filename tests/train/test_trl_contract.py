@@ -38,7 +38,7 @@ FINGERPRINTS = {
 # overridden by LoptiGRPOTrainer: transformers' resume warning, given the load result's missing keys
 TRANSFORMERS_FINGERPRINTS = {"_issue_warnings_after_load": "7ccdd73aac16aecb"}
 # every method of TRL's trainer that each class overrides: the docstrings of lopti/train/trainer.py and
-# lopti/train/fast_path.py and docs/trainer.md list these, and each is fingerprinted above
+# lopti/train/fast_path.py and docs/guides/trl.md list these, and each is fingerprinted above
 OVERRIDES = {
     LoptiGRPOTrainer: {"__init__", "_calculate_rewards", "_compute_loss", "_generate_and_score_completions",
                        "_get_per_token_logps_and_entropies", "training_step", "_issue_warnings_after_load"},
