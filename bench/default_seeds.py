@@ -9,7 +9,7 @@ points, pass@2 is not below the start beyond the 95% interval of its change (pai
 last third is above its first. Per precision: the mean and the range over the seeds; bf16 − fp32 seed by seed.
 
 Runs are kept in --out, so a rerun does only what is missing; --only takes "bf16:0,1" style lists so two
-processes share the work. Then the table:
+processes share the work. Then the table (also written to --out as results.md, with summary.json):
   python bench/default_seeds.py --out results/default-seeds
 """
 
@@ -112,6 +112,7 @@ def main() -> None:
     runs = [summary(args.out / f"{p}-seed{s}") for p in PRECISIONS for s in SEEDS
             if (args.out / f"{p}-seed{s}" / "report.md").is_file()]  # fmt: skip
     write_atomic(args.out / "summary.json", json.dumps(runs, indent=1))
+    write_atomic(args.out / "results.md", table(runs) + "\n")
     print(table(runs))
 
 
