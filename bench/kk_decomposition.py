@@ -7,9 +7,10 @@ reasoning first ("\\n"). Run on the warm start and on a trained run's final weig
 better reasoning (the forced-trace accuracy rises) from a gain from choosing the trace more often (the trace rate
 rises, the forced accuracies do not). The warm start with a forced trace is the baseline RL has to beat.
 
-Run (a few minutes on one core per model):
+Run (a few minutes on one core per model), then the table of a folder's results (results.md there):
   OMP_NUM_THREADS=1 python bench/kk_decomposition.py --config configs/kk-tiny-cpu.yaml --out warm.json
   OMP_NUM_THREADS=1 python bench/kk_decomposition.py --config configs/kk-tiny-cpu.yaml --model RUN/final --out rl.json
+  python bench/kk_decomposition.py --table FOLDER
 """
 
 from __future__ import annotations
@@ -45,14 +46,36 @@ def decomposition(model, tokenizer, rows: list[dict], samples: int) -> dict[str,
     return result
 
 
+COLUMNS = {
+    "trace_rate_greedy": "trace chosen (greedy)", "trace_probability": "P(trace) at T = 1",
+    "unforced_greedy": "accuracy greedy", "unforced_t1": "accuracy T = 1",
+    "forced_trace_greedy": "forced trace, greedy", "forced_trace_t1": "forced trace, T = 1",
+    "forced_answer_greedy": "forced answer, greedy", "forced_answer_t1": "forced answer, T = 1",
+}  # fmt: skip
+
+
+def table(results: dict[str, dict]) -> str:
+    """Return the markdown table of decompositions (name → `decomposition` result), in %."""
+    lines = ["| model | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, result in results.items():
+        lines.append(f"| {name} | " + " | ".join(f"{100 * result[key]:.1f}" for key in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", type=Path, help="write the table of the JSON results in this folder, then stop")
     parser.add_argument("--config", required=True, help="the tiny K&K recipe whose held-out set is used")
     parser.add_argument("--model", help="a model folder (default: the recipe's warm start)")
     parser.add_argument("--puzzles", type=int, default=300, help="the first this many held-out puzzles")
     parser.add_argument("--samples", type=int, default=2, help="samples per puzzle at T = 1")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the JSON file to write")
     args = parser.parse_args()
+    if args.table:
+        results = {path.stem: json.loads(path.read_text()) for path in sorted(args.table.glob("*.json"))}
+        write_atomic(args.table / "results.md", table(results))
+        print(table(results))
+        return
     torch.set_num_threads(1)
     run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/kk-decomposition"}))
     folder = args.model or resolve_model(run.model)
