@@ -76,6 +76,8 @@ def main() -> None:
         write_atomic(args.table / "results.md", table(results))
         print(table(results))
         return
+    if args.out is None:
+        parser.error("give --out (a model's decomposition) or --table (the table of a folder)")
     torch.set_num_threads(1)
     run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/kk-decomposition"}))
     folder = args.model or resolve_model(run.model)
