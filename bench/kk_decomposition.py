@@ -65,7 +65,7 @@ def table(results: dict[str, dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, help="write the table of the JSON results in this folder, then stop")
-    parser.add_argument("--config", required=True, help="the tiny K&K recipe whose held-out set is used")
+    parser.add_argument("--config", help="the tiny K&K recipe whose held-out set is used")
     parser.add_argument("--model", help="a model folder (default: the recipe's warm start)")
     parser.add_argument("--puzzles", type=int, default=300, help="the first this many held-out puzzles")
     parser.add_argument("--samples", type=int, default=2, help="samples per puzzle at T = 1")
@@ -76,8 +76,8 @@ def main() -> None:
         write_atomic(args.table / "results.md", table(results))
         print(table(results))
         return
-    if args.out is None:
-        parser.error("give --out (a model's decomposition) or --table (the table of a folder)")
+    if args.out is None or args.config is None:
+        parser.error("give --config and --out (a model's decomposition), or --table (the table of a folder)")
     torch.set_num_threads(1)
     run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/kk-decomposition"}))
     folder = args.model or resolve_model(run.model)
