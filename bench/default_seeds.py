@@ -20,6 +20,8 @@ import json
 import statistics
 from pathlib import Path
 
+from default_select import third_means
+
 from lopti.cli import main as lopti
 from lopti.commands.files import write_atomic
 from lopti.commands.report import paired_interval, per_prompt
@@ -54,13 +56,9 @@ def summary(folder: Path) -> dict:
             f"format_errors_{when}": 100 * sampled["format_error"],
         }  # fmt: skip
     _, high = paired_interval(*(per_prompt(evaluations[when]["sampled"], "pass@2") for when in ("before", "after")))
-    rewards = [row["reward"] for row in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())
-               if "reward" in row]  # fmt: skip
-    third = max(1, len(rewards) // 3)
+    result["reward_first_third"], result["reward_last_third"] = third_means(folder / "metrics.jsonl")
     result |= {
         "pass_change_high": 100 * high,
-        "reward_first_third": statistics.fmean(rewards[:third]),
-        "reward_last_third": statistics.fmean(rewards[-third:]),
         "wall_time": next(line for line in (folder / "report.md").read_text().splitlines()
                           if line.startswith("Wall time:")),
     }  # fmt: skip
