@@ -14,7 +14,7 @@ it trains only the steps it had left and writes only the outputs it lacks), thre
 count of each run), results.json (every run's numbers), results.md (mean ± std over seeds per group, gain over
 the base, paired tests: `lopti.experiments.paired_tables`) and curves.png (training curves with ± std
 bands). `--grid` sweeps a train setting over such folders (`lopti.experiments.grid`); `--jobs` runs several
-runs at once, on this machine or with `--backend ray` across a Ray cluster (`lopti.experiments.jobs`).
+runs at once, on the local machine or with `--backend ray` across a Ray cluster (`lopti.experiments.jobs`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class CompareConfig:
     backend: str = field(
         default="local",
         metadata={
-            "help": "Where --jobs runs go: local (worker processes on this machine) or ray (Ray tasks, each reserving "
+            "help": "Where --jobs runs go: local (worker processes here) or ray (Ray tasks, each reserving "
             "its thread count in CPUs; a local Ray is started unless RAY_ADDRESS names a cluster).",
             "choices": BACKENDS,
         },

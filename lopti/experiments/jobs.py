@@ -1,5 +1,5 @@
 """`lopti compare --jobs N`: a study's independent `lopti train` runs dispatched N at a time to an executor (not
-distributed training): `concurrent.futures`' process pool on this machine, or Ray (`--backend ray`, when
+distributed training): `concurrent.futures`' process pool on the local machine, or Ray (`--backend ray`, when
 installed: the verl extra brings it) across a cluster.
 
 Each run gets a fresh worker process (spawned locally; one Ray task per worker) with its own torch thread count,
