@@ -40,7 +40,6 @@ from lopti.experiments.study import (
     plan_runs,
     train_settings,
 )
-from lopti.train.precision import with_cpu_precision
 
 
 @dataclass
@@ -146,7 +145,7 @@ def run_all(
     from its settings (default `train_settings`; with jobs > 1 or Ray it must be importable by the workers).
     `plan` makes the study's plan from its base settings: a folder registered with another plan is refused.
     """
-    base = with_cpu_precision(resolve(config, overrides))
+    base = resolve(config, overrides)
     check_variants(base, variants)  # bad variants fail before anything is written
     with folder_lock(out):
         if plan is not None:
@@ -173,7 +172,7 @@ def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out
         return study_plan(base, study.variants, study.seeds, study.primary, study.primary_metric, study.alpha)
 
     if study.register:
-        base = with_cpu_precision(resolve(config, overrides))
+        base = resolve(config, overrides)
         check_variants(base, study.variants)
         with folder_lock(out):
             digest = register(out, plan(base))

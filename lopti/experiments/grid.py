@@ -34,7 +34,6 @@ from lopti.experiments.study import (
     plan_runs,
     train_settings,
 )
-from lopti.train.precision import with_cpu_precision
 
 GRID_FILE = "grid.json"
 # set by each variant or by compare itself, so a grid over them would run the same thing at every point
@@ -104,12 +103,10 @@ def run_grid(
     """
     points = []
     for values in grid_points(grid):
-        point_base = with_cpu_precision(
-            resolve(config, overrides | {key: parse_value(value) for key, value in values.items()})
-        )
+        point_base = resolve(config, overrides | {key: parse_value(value) for key, value in values.items()})
         check_variants(point_base, study.variants)
         points.append((values, out / point_label(values), point_base))
-    base = with_cpu_precision(resolve(config, overrides))
+    base = resolve(config, overrides)
     identity = {"base": base, "grid": grid, "variants": study.variants, "seeds": study.seeds}
     threads = threads_per_run(study.jobs, study.threads)
     with folder_lock(out), contextlib.ExitStack() as locks:

@@ -103,9 +103,12 @@ def claim_study(out: Path, base: dict[str, Any], variants: list[str], seeds: lis
 
 
 def train_settings(settings: dict[str, Any]) -> None:
-    """Train one run of a study from its settings (the runner of `run_jobs`)."""
+    """Train one run of a study from its settings (the runner of `run_jobs`), with bf16 chosen by the CPU where the
+    settings leave it unset, as `lopti train` chooses it (the run's config.yaml records the choice)."""
     from lopti.commands.train_run import train
+    from lopti.train.precision import with_cpu_precision
 
+    settings = with_cpu_precision(settings)
     run, trainer_kwargs = split(settings)
     train(run, trainer_kwargs, settings)
 
