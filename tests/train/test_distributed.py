@@ -19,7 +19,7 @@ def test_two_process_cpu_launch(tiny_model_dir, tmp_path):
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lopti.cli", "train",
-        "--model", str(tiny_model_dir), "--people", "3", "--train_puzzles", "32", "--eval_puzzles", "4",
+        "--task", "kk", "--model", str(tiny_model_dir), "--people", "3", "--train_puzzles", "32", "--eval_puzzles", "4",
         "--template", "compact", "--per_device_train_batch_size", "4", "--num_generations", "4",
         "--max_completion_length", "12", "--max_steps", "4", "--save_steps", "2", "--report_to", "[]",
         "--disable_tqdm", "true", "--output_dir", str(run_dir),

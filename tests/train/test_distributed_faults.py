@@ -33,7 +33,7 @@ def launch(out: Path, logs: Path, resume: bool = False) -> subprocess.Popen:
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--log_dir", str(logs),
-        "--tee", "3", "-m", "lopti.cli", "train", "--output_dir", str(out),
+        "--tee", "3", "-m", "lopti.cli", "train", "--task", "kk", "--output_dir", str(out),
     ]  # fmt: skip
     command += ["--resume"] if resume else [word for key, value in SETTINGS.items() for word in (f"--{key}", value)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("fsdp_on_cpu.py")
 SETTINGS = {
-    "evaluate": "false", "num_generations": "4", "max_completion_length": "48", "max_steps": "4", "save_steps": "2",
-    "report_to": "[]", "disable_tqdm": "true",
+    "task": "kk", "evaluate": "false", "num_generations": "4", "max_completion_length": "48", "max_steps": "4",
+    "save_steps": "2", "report_to": "[]", "disable_tqdm": "true",
 }  # fmt: skip
 
 
