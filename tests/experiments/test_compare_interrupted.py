@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lopti.commands.train_run import run_outputs
+
 RUNS = ["grpo-s0", "grpo-s1", "grpo-s2"]
 
 # The command, with a reward that varies on the tiny model's text (its K&K rewards would all be 0). The spawned
@@ -46,6 +48,12 @@ def compare(folder: Path) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=folder, stdout=output, stderr=subprocess.STDOUT, env=environment)
 
 
+def is_finished(run_dir: Path) -> bool:
+    """Whether `run_dir` holds every output of a finished run, as `lopti compare` decides it (final/ alone is not
+    enough: a worker killed after saving final/ and before its last evaluation has not finished)."""
+    return all((run_dir / output).is_file() for output in run_outputs(evaluate=True))
+
+
 def steps(run_dir: Path) -> list[int]:
     """Return the steps `run_dir`'s metrics.jsonl logged; none for a run killed before its first log line."""
     metrics = run_dir / "metrics.jsonl"
@@ -73,7 +81,7 @@ def test_a_study_killed_mid_way_finishes_each_run_once_with_the_same_results(tin
     study.send_signal(signal.SIGKILL)
     study.wait()
     time.sleep(5)  # the workers' time to notice
-    finished = [run for run in RUNS if (cut / "study" / "runs" / run / "final").is_dir()]
+    finished = [run for run in RUNS if is_finished(cut / "study" / "runs" / run)]
     unfinished = [run for run in RUNS if run not in finished]
     assert finished and unfinished
     trained = {run: steps(cut / "study" / "runs" / run) for run in RUNS if (cut / "study" / "runs" / run).is_dir()}
