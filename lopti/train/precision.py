@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.initialization import no_init_weights
 
 
 def native_bf16() -> bool:
@@ -51,7 +52,9 @@ class LowPrecisionCopy:
     def of(self, model: torch.nn.Module) -> torch.nn.Module:
         """Return the copy holding `model`'s current weights cast to `dtype` (built on the first call)."""
         if self.copy is None:
-            self.copy = AutoModelForCausalLM.from_config(model.config, dtype=self.dtype).eval()
+            with no_init_weights():  # every weight is loaded below: drawing random ones first takes seconds
+                self.copy = AutoModelForCausalLM.from_config(model.config, dtype=self.dtype).eval()
+            self.copy.tie_weights()  # which initialising the weights would have done (a tied head is one tensor)
             self.copy.generation_config = model.generation_config
         with torch.no_grad():
             self.copy.load_state_dict(model.state_dict())

@@ -47,6 +47,9 @@ def test_the_bf16_copy_follows_the_models_weights(tiny_model_dir):
     assert again is first  # built once, refreshed at each call
     for ours, theirs in zip(again.parameters(), model.parameters(), strict=True):
         assert torch.equal(ours, theirs.to(torch.bfloat16))
+    built = AutoModelForCausalLM.from_config(model.config, dtype=torch.bfloat16)  # with its weights drawn
+    for (name, ours), (_, theirs) in zip(again.named_buffers(), built.named_buffers(), strict=True):
+        assert torch.equal(ours, theirs), name  # what the weights do not set (rotary frequencies) is as built
 
 
 def test_a_bad_bf16_value_an_unknown_task_or_form_and_a_missing_smollm2_wheel_are_one_line(tmp_path, monkeypatch,
