@@ -1,8 +1,8 @@
 """The `lopti` command: `lopti train`, `lopti eval`, `lopti compare`, `lopti analyze`, `lopti data TASK`.
 
-Each command's settings are dataclasses; their fields are its --flags, with their help and defaults
-(`lopti.commands.command_line`), so this file holds only what each command does with them and how errors
-are printed.
+Each command's settings are dataclasses; transformers' HfArgumentParser makes their fields its --flags, with their
+help and defaults (`lopti.commands.command_line`), so this file holds only what each command does with them and how
+errors are printed.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _compare(args: argparse.Namespace) -> None:
 def _data(args: argparse.Namespace) -> None:
     from lopti.commands.command_line import make_settings
 
-    data = make_settings(args.sections[0].schema, args.settings)
+    data = make_settings(_settings_classes(args.name)[0], args.settings)
     args.folder = data.out
     for path in data.write().values():
         print(f"wrote {path}")
@@ -198,39 +198,36 @@ def _commands() -> dict[str, tuple[str, str]]:
     return COMMANDS | data
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """Return the parser of the `lopti` command, with the settings flags of `command` only ("train",
-    "data kk", ...): `lopti train`'s settings import TRL, which `lopti data` has no need of."""
-    from lopti.commands.command_line import add_settings, sections_of
-
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser of the `lopti` command itself: its commands, --help and --version (each command's settings
+    are `command_parser`'s, made only for the command run: `lopti train`'s import TRL, which `lopti data` has no
+    need of)."""
     parser = Parser(prog="lopti", description="RL for LLMs with Advantage Reweighting and Lopti.")
     # the installed distribution's version, so a wheel and an editable install each report what pip installed
     parser.add_argument("--version", action="version", version=f"lopti {metadata.version('lopti')}")
     commands = parser.add_subparsers(dest="command", required=True)
     data = None
-    for name, (summary, description) in _commands().items():
+    for name, (summary, _) in _commands().items():
         if name.startswith("data "):
             data = data or commands.add_parser("data", help="generate task data").add_subparsers(
                 dest="task", required=True
             )
-            sub = data.add_parser(name[5:], help=summary, allow_abbrev=False)
-        else:
-            sub = commands.add_parser(name, help=summary, description=description, allow_abbrev=False)
-        for option, text in OPTIONS.get(name, {}).items():
-            flag, metavar = option.split()
-            sub.add_argument(flag, metavar=metavar, help=text)
-        sections = sections_of(*_settings_classes(name)) if name == command else ()
-        add_settings(sub, sections)
-        sub.set_defaults(name=name, sections=sections)
+            data.add_parser(name[5:], help=summary, add_help=False)
+        else:  # its flags, --help included, are `command_parser`'s
+            commands.add_parser(name, help=summary, add_help=False)
     return parser
 
 
-def _chosen(argv: list[str]) -> str | None:
-    """Return the command that `argv` names ("train", "data kk", ...), or None."""
-    words = [word for word in argv if not word.startswith("-")][:2]
-    if words[:1] == ["data"]:
-        return " ".join(words)
-    return words[0] if words else None
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """Return the parser of command `name` ("train", "data kk", ...): a flag per field of its settings dataclasses,
+    and the files it reads or writes besides them (--config, --out)."""
+    from lopti.commands.command_line import SettingsParser
+
+    parser = SettingsParser(_settings_classes(name), prog=f"lopti {name}", description=_commands()[name][1])
+    for option, text in OPTIONS.get(name, {}).items():
+        flag, metavar = option.split()
+        parser.add_argument(flag, metavar=metavar, help=text, default=argparse.SUPPRESS)  # absent: None (`main`)
+    return parser
 
 
 def _stopped(args: argparse.Namespace, what: str) -> str:
@@ -253,31 +250,31 @@ def main(argv: list[str] | None = None) -> int:
     the other ValueErrors, FileNotFoundError, PermissionError) with exit status 2; a stopped run, a numerical failure
     in training (`NumericalFailure`), a full disk or the death of another process of a distributed launch with 1;
     Ctrl-C with 130 and SIGTERM with 143 (and the command that continues)."""
-    from lopti.commands.command_line import given_settings, reject_unknown, section_keys, underscored
-
-    argv = [underscored(word) for word in (sys.argv[1:] if argv is None else argv)]
-    parser = build_parser(_chosen(argv))
-    try:
-        args, extra = parser.parse_known_args(argv)
-    except SystemExit as exit:  # --help, or a flag argparse rejected (already printed)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:  # the command's name; `lopti`, --help, --version and an unknown command end here
+        args, words = build_parser().parse_known_args(argv)
+    except SystemExit as exit:
         return exit.code if isinstance(exit.code, int) else 2
-    args.argv = argv[1:]
-    args.folder = None  # where the command writes, once it knows; named after a full disk
+    args.name = f"data {args.task}" if args.command == "data" else args.command
+    args.argv, args.folder = argv[1:], None
+    # args.folder: where the command writes, once it knows; named after a full disk
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     started = time.time()
     terminable = args.command == "train" and threading.current_thread() is threading.main_thread()
     if terminable:  # a launcher ends the other processes with SIGTERM when one dies: say so, as for Ctrl-C
         signal.signal(signal.SIGTERM, _terminated)
     try:
-        if extra:
-            reject_unknown(extra, section_keys(args.sections))
+        args.settings, options = command_parser(args.name).given(words)
+        args.config = args.out = None
+        vars(args).update(vars(options))
         if args.command in ("train", "eval", "analyze", "compare"):
             from lopti.console import hide_third_party_noise
 
             hide_third_party_noise()
-        args.settings = given_settings(args)
         run = {"train": _train, "eval": _eval, "analyze": _analyze, "compare": _compare}.get(args.name, _data)
         run(args)
+    except SystemExit as exit:  # --help
+        return exit.code if isinstance(exit.code, int) else 2
     except BaseException as error:
         if terminable:  # the line below is printed whole even when the launcher's SIGTERM follows the error
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -43,7 +43,7 @@ TRAIN = [
     (["--top_k", "-1"], "top_k must be ≥ 0, got -1"),
     (["--min_p", "2"], "min_p must be ≥ 0 and ≤ 1, got 2"),
     (["--repetition_penalty", "0"], "repetition_penalty must be > 0, got 0"),
-    (["--lr_scheduler_type", "nonsense"], "lr_scheduler_type must be one of linear, cosine,"),
+    (["--lr_scheduler_type", "nonsense"], "lr_scheduler_type must be one of 'linear', 'cosine',"),
     (
         ["--importance_sampling_level", "tokens"],
         "importance_sampling_level must be one of token, sequence, got 'tokens'",

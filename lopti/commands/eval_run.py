@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from lopti.commands.fields import check_values
 from lopti.commands.files import check_folder, claim_folder, folder_lock, write_atomic
@@ -29,28 +29,26 @@ TRAINING_ONLY = ("train_puzzles", "train_file")  # TaskData keys that leave the 
 class EvalConfig(TaskData):
     """What to evaluate and how to decode; the held-out set is TaskData's, built as `lopti train` builds it.
 
-    Bounds are in each field's metadata (see fields.check_values).
+    `RUN_KEYS`: the settings --config takes from a run's own (a recipe or config.yaml).
     """
 
     model: str = field(metadata={"help": MODEL_HELP})
-    samples: int = field(default=1, metadata={"help": "Samples per prompt (avg@k, pass@k).", "min": 1})
-    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy.", "min": 0})
+    samples: int = field(default=1, metadata={"help": "Samples per prompt (avg@k, pass@k)."})
+    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy."})
     eval_max_new_tokens: int = field(
         default=512,
         metadata={
             "help": "Answer budget in tokens, as lopti train's held-out evaluation names it (--config takes the "
             "run's); the training rollouts' budget is max_completion_length, a setting of its own.",
-            "min": 1,
         },
     )
-    batch_size: int = field(default=64, metadata={"help": "Prompts per generate call.", "min": 1})
-    seed: int = field(default=0, metadata={"help": "Sampling seed.", "min": 0})
+    batch_size: int = field(default=64, metadata={"help": "Prompts per generate call."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
     reward_errors: Literal["stop", "skip"] = field(
         default="stop",
         metadata={
             "help": "A judge that raises on an answer: stop with one line naming it, the error and the answer; or "
             "skip: score that answer as wrong and count it (judge_errors). --config takes the run's.",
-            "run_key": "reward_errors",
         },
     )
     reward_timeout: float = field(
@@ -58,8 +56,6 @@ class EvalConfig(TaskData):
         metadata={
             "help": "Seconds the judge may take on one answer before the evaluation stops with one line; 0: no "
             "limit. --config takes the run's.",
-            "min": 0,
-            "run_key": "reward_timeout",
         },
     )
     backend: Literal["auto", "hf"] = field(
@@ -67,9 +63,15 @@ class EvalConfig(TaskData):
         metadata={"help": "auto: vLLM when it is installed and a GPU is present, else 🤗 generate; hf: 🤗 generate."},
     )
 
+    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "samples": {"min": 1}, "temperature": {"min": 0}, "eval_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
+        "seed": {"min": 0}, "reward_timeout": {"min": 0},
+    }  # fmt: skip
+    RUN_KEYS: ClassVar[dict[str, str]] = {"reward_errors": "reward_errors", "reward_timeout": "reward_timeout"}
+
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""
-        check_values(asdict(self), EvalConfig, "lopti eval")
+        check_values(asdict(self), type(self), "lopti eval")
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(f"samples={self.samples} needs a temperature above 0 (greedy samples are all equal)")
 

@@ -1,8 +1,10 @@
-"""Typing and checking of settings dataclasses: what a value of each field looks like, and whether it fits.
+"""Reading and checking the values of settings dataclasses: what a value of each field looks like, and whether it fits.
 
-Every command's settings are dataclasses whose fields carry their help and bounds in the metadata ("help", and
-"min" / "above" / "max" / "or" for numbers, "min_items" for lists, "choices" for names). These functions read
-the annotations and the metadata, so a new field is described, converted and checked without touching any of them.
+A command's settings are dataclasses whose fields carry their help in the metadata and whose bounds are a class table,
+`BOUNDS` (field name: "min" / "above" / "max" / "or" for numbers, "min_items" for lists, "choices" for names), merged
+along the class's bases. The bounds are not in the metadata because transformers' HfArgumentParser, which makes the
+flags, hands every metadata key to argparse. These functions read the annotations and the tables, so a new field is
+read and checked without touching them.
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ import math
 import re
 import types
 import typing
+from argparse import ArgumentTypeError
 from typing import Any, Literal
 
 import yaml
+from transformers.hf_argparser import string_to_bool
 
 from lopti.errors import UserError
 
 BOOL_TAG = "tag:yaml.org,2002:bool"
-# YAML 1.1's other spellings of true and false, which a field of type bool also takes (`--resume yes`)
-BOOL_WORDS = {"yes": True, "on": True, "y": True, "no": False, "off": False, "n": False}
 
 
 class SettingsLoader(yaml.SafeLoader):
@@ -43,7 +45,19 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=SettingsLoader)  # a SafeLoader: builds plain values only
 
 
-TYPE_WORDS = {bool: "BOOL", int: "INT", float: "FLOAT", str: "TEXT", list: "A,B", tuple: "A,B", dict: "MAPPING"}
+def parse_value(text: str) -> Any:
+    """Return a command-line value as a settings file reads it (`read_yaml`), with "1e-5"-style floats understood;
+    text that is not valid YAML ("[a") stays text, for the field's check to say what it takes."""
+    try:
+        value = read_yaml(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 class _Mismatch(Exception):
@@ -60,21 +74,25 @@ def field_names(schema: type) -> set[str]:
     return {item.name for item in settings_fields(schema)}
 
 
-def field_default(item: dataclasses.Field) -> Any:
-    """Return the default value of a field, or dataclasses.MISSING for a required one."""
-    if item.default_factory is not dataclasses.MISSING:
-        return item.default_factory()
-    return item.default
-
-
 @functools.cache
 def field_types(schema: type) -> dict[str, Any]:
     """Return each field's type, with the string annotations of `from __future__ import annotations` resolved."""
     return typing.get_type_hints(schema)
 
 
+def bounds_of(schema: type) -> dict[str, dict[str, Any]]:
+    """Return the bounds of the fields of `schema`: its `BOUNDS` table over those of its bases."""
+    return {key: bound for cls in reversed(schema.__mro__) for key, bound in vars(cls).get("BOUNDS", {}).items()}
+
+
 def _union_options(hint: Any) -> tuple | None:
+    """Return the members of the union `hint` (`X | None` included), or None for another type."""
     return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else None
+
+
+def is_sequence(hint: Any) -> bool:
+    """Return whether a value of type `hint` can be a list (written "a,b" or "[a, b]")."""
+    return any(typing.get_origin(option) in (list, tuple) for option in _union_options(hint) or (hint,))
 
 
 def describe(hint: Any) -> str:
@@ -94,42 +112,10 @@ def describe(hint: Any) -> str:
     return words.get(origin or hint, getattr(hint, "__name__", str(hint)))
 
 
-def type_word(hint: Any) -> str:
-    """Return a short word for a value of type `hint`, as --help shows it after the flag."""
-    words = []
-    for option in _union_options(hint) or (hint,):
-        origin = typing.get_origin(option) or option
-        if origin is Literal:
-            word = "{" + ",".join(map(str, typing.get_args(option))) + "}"
-        elif isinstance(origin, type) and issubclass(origin, enum.Enum):
-            word = "{" + ",".join(str(member.value) for member in origin) + "}"
-        else:
-            word = TYPE_WORDS.get(origin, "VALUE") if option is not type(None) else ""
-        if word and word not in words:
-            words.append(word)
-    return "|".join(words) or "VALUE"
-
-
-def shown_value(value: Any) -> str:
-    """Return a default as it would be written on the command line."""
-    if isinstance(value, enum.Enum):
-        value = value.value
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(shown_value, value)) or "[]"
-    if value is None or isinstance(value, bool) or value == "":
-        return yaml.safe_dump(value).split("\n")[0]  # null, true, false, ''
-    return str(value)
-
-
-def takes_bool(hint: Any) -> bool:
-    """Return whether true/false is a value of type `hint` (so that `--flag` alone can mean true)."""
-    return hint is bool or bool in (_union_options(hint) or ())
-
-
 def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
     """Return `value` checked against type `hint`, converted only where it must be: `lenient` also takes ints
-    for floats, numbers for text, numbers written as text (YAML reads 1e-5 as text), lists as "a,b" and a
-    single value as a list of one."""
+    for floats, numbers for text, numbers and yes/no written as text (YAML reads 1e-5 as text), lists as "a,b"
+    and a single value as a list of one."""
     origin = typing.get_origin(hint) or hint
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is Any:
@@ -137,8 +123,11 @@ def _convert_one(value: Any, hint: Any, lenient: bool) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        if lenient and isinstance(value, str) and value.lower() in BOOL_WORDS:
-            return BOOL_WORDS[value.lower()]
+        if lenient and isinstance(value, str):
+            try:
+                return string_to_bool(value)  # transformers' words: yes/no, y/n, t/f
+            except ArgumentTypeError:
+                raise _Mismatch from None
     elif hint is int:
         if number and isinstance(value, int):
             return value
@@ -214,30 +203,24 @@ def _bounds_problem(value: Any, bounds: dict[str, Any]) -> str | None:
     return " and ".join(limits) + sentinels
 
 
-def check_values(
-    values: dict[str, Any], schema: type, source: str, bounds: dict[str, dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def check_values(values: dict[str, Any], schema: type, source: str) -> dict[str, Any]:
     """Return the entries of `values` that are fields of the dataclass `schema`, converted to the fields' types.
 
     Raises a ValueError naming `source`, the key and the value when a value has the wrong type ("abc" for a
-    float, 1.5 for an int, "maybe" for a bool) or lies outside the field's bounds: metadata "min" / "above" /
-    "max" / "or" (allowed sentinels), or `bounds[key]` for fields of classes lopti does not own. Types come
-    from the annotations, so a new field is checked without touching this function.
+    float, 1.5 for an int, "maybe" for a bool) or lies outside its bounds (`bounds_of`). Types come from the
+    annotations, so a new field is checked without touching this function.
     """
-    hints = field_types(schema)
-    fields = {item.name: item for item in settings_fields(schema)}
+    hints, bounds = field_types(schema), bounds_of(schema)
     checked = {}
-    for key, value in values.items():
-        if key not in fields:
-            continue
+    for key in field_names(schema) & values.keys():
+        value, wanted = values[key], describe(hints[key])
         try:
             converted = _convert(value, hints[key])
         except _Mismatch:
-            wanted = describe(hints[key])
             if value is None:
                 raise UserError(f"{source}: {key} needs a value ({wanted})") from None
             raise UserError(f"{source}: {key} must be {wanted}, got {value!r}") from None
-        problem = _bounds_problem(converted, {**fields[key].metadata, **(bounds or {}).get(key, {})})
+        problem = _bounds_problem(converted, bounds.get(key, {}))
         if problem:
             raise UserError(f"{source}: {key} must be {problem}, got {value!r}")
         checked[key] = converted
@@ -253,14 +236,3 @@ def check_keys(keys: typing.Iterable[str], known: typing.Collection[str], source
             close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
             hints.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
         raise UserError(f"{source}: unknown key(s) {'; '.join(hints)}")
-
-
-def parse_value(text: str) -> Any:
-    """Return a command-line value as a settings file reads it (`read_yaml`), with "1e-5"-style floats understood."""
-    value = read_yaml(text)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value

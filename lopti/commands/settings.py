@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from transformers.trainer_utils import IntervalStrategy, SaveStrategy, SchedulerType
-from transformers.training_args import OptimizerNames
+from typing import Any, ClassVar
 
 from lopti.commands.command_line import load_yaml
-from lopti.commands.fields import check_keys, check_values, field_names, settings_fields
+from lopti.commands.fields import check_keys, check_values, field_names
 from lopti.errors import UserError, check_output_folder
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData, get_task
@@ -31,11 +28,10 @@ class RunConfig(TaskData):
         default=None,
         metadata={
             "help": "Reward functions, from the task's own (lopti.tasks); null: the task's default ones.",
-            "min_items": 1,
         },
     )
-    lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights (LoRA needs peft).", "min": 0})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling α.", "min": 1})
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank; 0 trains all weights (LoRA needs peft)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling α."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
     resume: bool = field(default=False, metadata={"help": "Continue from the last complete checkpoint."})
     evaluate: bool = field(
@@ -47,76 +43,31 @@ class RunConfig(TaskData):
         metadata={
             "help": "Token budget of each held-out evaluation answer (lopti eval's key too); the rollouts' budget "
             "is max_completion_length.",
-            "min": 1,
         },
     )
     eval_samples: int = field(
         default=0,
         metadata={
             "help": "With evaluate: also this many samples per prompt (avg@k, pass@k); 0 = greedy only.",
-            "min": 0,
         },
     )
-    eval_temperature: float = field(
-        default=1.0, metadata={"help": "Temperature of the sampled evaluation.", "above": 0}
-    )
+    eval_temperature: float = field(default=1.0, metadata={"help": "Temperature of the sampled evaluation."})
     eval_sampled_prompts: int = field(
         default=0,
         metadata={
             "help": "With eval_samples: sample on the first this many held-out prompts only (the sampled "
             "evaluation costs eval_samples greedy ones per prompt); 0 = all of them.",
-            "min": 0,
         },
     )
+    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "rewards": {"min_items": 1}, "lora_r": {"min": 0}, "lora_alpha": {"min": 1}, "eval_max_new_tokens": {"min": 1},
+        "eval_samples": {"min": 0}, "eval_temperature": {"above": 0}, "eval_sampled_prompts": {"min": 0},
+    }  # fmt: skip
+    _argument_group_name = "RunConfig (lopti): what to train, with the task data (TaskData)"
 
     def reward_names(self) -> list[str]:
         """Return the reward functions the run trains on: `rewards`, or the task's default ones."""
         return list(self.rewards or get_task(self.task).default_rewards)
-
-
-# transformers' named choices, checked with the key named (transformers' own error names only the enum)
-TRAINER_CHOICES = {
-    "lr_scheduler_type": SchedulerType, "optim": OptimizerNames, "save_strategy": SaveStrategy,
-    "logging_strategy": IntervalStrategy, "eval_strategy": IntervalStrategy,
-}  # fmt: skip
-
-# Bounds of TRL / transformers fields (ours carry theirs in the field metadata) that neither library checks when the
-# config is built: out of them, these failed late (a traceback once the model was built) or silently (a run that
-# trains nothing). "or": allowed sentinels. Bounds the libraries check (warmup_steps ≥ 0, ...) are theirs: the
-# config is built before any model, and its ValueError is one line. num_generations is here although TRL checks
-# it, because LoptiGRPOConfig's batch-shape message divides by it first. tests/commands/test_trainer_bounds.py
-# fails when a TRL or transformers release starts checking one of these, so that it can leave this table.
-TRAINER_BOUNDS: dict[str, dict[str, Any]] = {
-    "learning_rate": {"min": 0},
-    "num_generations": {"min": 2},
-    "per_device_train_batch_size": {"min": 1},
-    "per_device_eval_batch_size": {"min": 1},
-    "gradient_accumulation_steps": {"min": 1},
-    "steps_per_generation": {"min": 1},
-    "generation_batch_size": {"min": 1},
-    "num_iterations": {"min": 1},
-    "max_steps": {"min": 1, "or": (-1,)},
-    "num_train_epochs": {"above": 0},
-    "beta": {"min": 0},
-    "max_completion_length": {"min": 1},
-    "temperature": {"above": 0},
-    "top_p": {"above": 0, "max": 1},
-    "top_k": {"min": 0},  # 0: off (TRL's default)
-    "min_p": {"min": 0, "max": 1},
-    "repetition_penalty": {"above": 0},
-    "epsilon": {"min": 0},
-    "epsilon_high": {"min": 0},
-    "max_grad_norm": {"min": 0},
-    "weight_decay": {"min": 0},
-    "logging_steps": {"above": 0},
-    "save_steps": {"above": 0},
-    "eval_steps": {"above": 0},
-    "save_total_limit": {"min": 1},
-    "seed": {"min": 0, "max": 2**32 - 1},  # numpy's limit
-    "data_seed": {"min": 0},
-    "importance_sampling_level": {"choices": ("token", "sequence")},
-    **{key: {"choices": tuple(item.value for item in kind)} for key, kind in TRAINER_CHOICES.items()},
-}
 
 
 def train_keys() -> set[str]:
@@ -139,25 +90,26 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
 def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
     """Return what a recipe or a run's config.yaml says about the fields of the dataclass `schema`.
 
-    That is each field that RunConfig has too (the task data, the model), or that names its RunConfig or
-    LoptiGRPOConfig counterpart in its metadata "run_key" (analyze's AdamW settings: the recipe's learning
-    rate, betas, ...); the file's other keys are `lopti train`'s business and are ignored, but a key no
-    command knows is refused with the closest names.
+    That is each field that RunConfig has too (the task data, the model), or that the class's `RUN_KEYS` table maps
+    to its RunConfig or LoptiGRPOConfig counterpart (analyze's AdamW settings: the recipe's learning rate, betas,
+    ...); the file's other keys are `lopti train`'s business and are ignored, but a key no command knows is
+    refused with the closest names.
     """
     recipe = load_yaml(path)
     check_keys(recipe, train_keys(), str(path))
+    run_keys = getattr(schema, "RUN_KEYS", {})
     taken = {}
-    for item in settings_fields(schema):
-        key = item.metadata.get("run_key", item.name)
-        mirrored = train_keys() if "run_key" in item.metadata else field_names(RunConfig)
+    for name in field_names(schema):
+        key = run_keys.get(name, name)
+        mirrored = train_keys() if name in run_keys else field_names(RunConfig)
         if key in mirrored and key in recipe:
-            taken[item.name] = recipe[key]
+            taken[name] = recipe[key]
     return check_values(taken, schema, str(path))
 
 
 def check_run_values(values: dict[str, Any], source: str) -> dict[str, Any]:
     """Return `values` converted to the types of their RunConfig / LoptiGRPOConfig fields (see check_values)."""
-    return check_values(values, LoptiGRPOConfig, source, TRAINER_BOUNDS) | check_values(values, RunConfig, source)
+    return check_values(values, LoptiGRPOConfig, source) | check_values(values, RunConfig, source)
 
 
 def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:

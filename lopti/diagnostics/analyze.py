@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -38,13 +38,13 @@ class AnalyzeConfig(ProbeConfig):
     prompts: int = field(default=16, metadata={"help": "Training prompts in each analysed batch."})
     # the trainer's keys for the same quantities; the probe's batches are its own, so --config leaves them
     num_generations: int = field(
-        default=8, metadata={"help": "Responses sampled per prompt (not taken from --config).", "min": 2}
+        default=8, metadata={"help": "Responses sampled per prompt (not taken from --config)."}
     )
     temperature: float = field(
-        default=1.0, metadata={"help": "Sampling temperature of the rollouts (not taken from --config).", "above": 0}
+        default=1.0, metadata={"help": "Sampling temperature of the rollouts (not taken from --config)."}
     )
     max_completion_length: int = field(
-        default=128, metadata={"help": "Token budget of each response (not taken from --config).", "min": 1}
+        default=128, metadata={"help": "Token budget of each response (not taken from --config)."}
     )
     data_seed: int = task_data_field("data_seed")
     seed: int = field(default=0, metadata={"help": "Seed of the sampling and of the update."})
@@ -60,9 +60,12 @@ class AnalyzeConfig(ProbeConfig):
         metadata={
             "help": "Independent batches of `prompts` prompts each (different prompts): the correct ratios get a "
             "95% interval over them (docs/analysis.md uses 8 for the tiny model, 4 for SmolLM2-135M).",
-            "min": 1,
         },
     )
+    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "num_generations": {"min": 2}, "temperature": {"above": 0}, "max_completion_length": {"min": 1},
+        "batches": {"min": 1},
+    }  # fmt: skip
 
 
 def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:

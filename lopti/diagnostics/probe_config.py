@@ -4,6 +4,7 @@ compares; lopti/diagnostics/probe.py measures."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import AR_ALPHA_KK, EPS_HIGH, EPS_LOW, LOPTI_ETA
@@ -21,7 +22,7 @@ def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 class ProbeConfig:
     """How the probe updates. The paper's analysis: SGD, lr 1e-3, probability quartiles. The AdamW settings
     default to those of the embedded recipe (lopti/configs/kk-tiny-cpu.yaml); `lopti analyze --config` takes
-    them, and the method settings, from another recipe or run config ("run_key": the LoptiGRPOConfig key each
+    them, and the method settings, from another recipe or run config (`RUN_KEYS`: the LoptiGRPOConfig key each
     one mirrors)."""
 
     edges: tuple[float, ...] = field(
@@ -35,24 +36,20 @@ class ProbeConfig:
         },
     )
     lr: float = field(default=1e-3, metadata={"help": "Learning rate of the sgd regime (the paper's: 1e-3)."})
-    adam_lr: float = field(
-        default=1e-4, metadata={"help": "Learning rate of the AdamW regimes.", "run_key": "learning_rate"}
-    )
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's β1.", "run_key": "adam_beta1"})
-    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW's β2.", "run_key": "adam_beta2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's ε.", "run_key": "adam_epsilon"})
+    adam_lr: float = field(default=1e-4, metadata={"help": "Learning rate of the AdamW regimes."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW's β1."})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW's β2."})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW's ε."})
     weight_decay: float = field(
         default=0.01,
         metadata={
             "help": "AdamW's weight decay, on the weights the 🤗 Trainer decays (not biases or norms).",
-            "run_key": "weight_decay",
         },
     )
     max_grad_norm: float = field(
         default=1.0,
         metadata={
             "help": "The AdamW regimes clip the gradient norm to this, as the trainer does; 0 turns it off.",
-            "run_key": "max_grad_norm",
         },
     )
     warmup_updates: int = field(
@@ -65,19 +62,16 @@ class ProbeConfig:
         metadata={
             "help": "AR's α for the methods with AR (ar, ar+lopti, ...); 0 (a GRPO run's config) stands for the "
             "paper's K&K α 0.3, as in lopti compare.",
-            "run_key": "ar_alpha",
         },
     )
     lopti_eta: float = field(
         default=LOPTI_ETA,
-        metadata={"help": "Lopti's probability threshold η.", "run_key": "lopti_eta"},
+        metadata={"help": "Lopti's probability threshold η."},
     )
-    epsilon: float = field(
-        default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate.", "run_key": "epsilon"}
-    )
+    epsilon: float = field(default=EPS_LOW, metadata={"help": "Lower clip range ε of the surrogate."})
     epsilon_high: float | None = field(
         default=EPS_HIGH,
-        metadata={"help": "Upper clip range of the surrogate; null: epsilon.", "run_key": "epsilon_high"},
+        metadata={"help": "Upper clip range of the surrogate; null: epsilon."},
     )
     # None, LoptiGRPOConfig's default: the probe's first step is at ratio 1, so no clip binds there
     dual_clip: float | None = field(
@@ -85,7 +79,6 @@ class ProbeConfig:
         metadata={
             "help": "Dual-clip constant c for negative advantages; null: none. Binds only above ratio c, which one "
             "update (Lopti: two, the second on tokens of π_old ≥ lopti_eta) does not reach for c > 1 / lopti_eta.",
-            "run_key": "dual_clip",
         },
     )
     micro_batch: int = field(default=4, metadata={"help": "Responses per forward/backward pass."})
@@ -107,6 +100,11 @@ class ProbeConfig:
     # One small step moves a confident token's log π by ~1e-9. The log-softmax is always taken in float64;
     # float64 weights also remove the float32 rounding of the logits themselves (~2× slower on a CPU).
     dtype: str = field(default="float64", metadata={"help": "Weights' dtype: float64 (exact) or float32 (faster)."})
+    RUN_KEYS: ClassVar[dict[str, str]] = {
+        "adam_lr": "learning_rate",
+        **{name: name for name in ("adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm")},
+        **{name: name for name in ("ar_alpha", "lopti_eta", "epsilon", "epsilon_high", "dual_clip")},
+    }
 
     def check(self) -> None:
         """Raise a ValueError naming the first bad setting."""

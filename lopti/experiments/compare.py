@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lopti.commands.files import folder_lock
 from lopti.commands.settings import resolve
@@ -77,7 +77,6 @@ class CompareConfig:
         metadata={
             "help": "Runs trained at once, each in its own process (its output in its run folder's train.log). "
             "Each uses max(1, torch threads // jobs) threads unless --threads says otherwise.",
-            "min": 1,
         },
     )
     backend: str = field(
@@ -114,7 +113,7 @@ class CompareConfig:
     )
     alpha: float = field(
         default=0.05,
-        metadata={"help": "Family-wise error level of the primary comparisons (after Holm).", "above": 0, "max": 0.5},
+        metadata={"help": "Family-wise error level of the primary comparisons (after Holm)."},
     )
     threads: int = field(
         default=0,
@@ -122,9 +121,14 @@ class CompareConfig:
             "help": "Torch threads per run; 0: torch's default with --jobs 1, else its share. The thread count "
             "changes the floating-point summation order, so results match only at equal counts; each run's count "
             "is kept in threads.json and reused when it is resumed.",
-            "min": 0,
         },
     )
+    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
+        "jobs": {"min": 1},
+        "alpha": {"above": 0, "max": 0.5},
+        "threads": {"min": 0},
+    }
+    _argument_group_name = "CompareConfig (lopti): the study; every lopti train setting below applies to each run"
 
 
 def run_all(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 # the help of a `lopti data` command's seed
 SEED_HELP = "Seed of the generated data (a number or a word); the same seed and settings give identical files."
@@ -32,17 +33,16 @@ class TaskData:
         default=None, metadata={"help": "Math: training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
     )
     eval_file: str | None = field(default=None, metadata={"help": "Math: held-out file, same formats."})
-    train_puzzles: int = field(
-        default=900, metadata={"help": "Generated training prompts per K&K size / math level.", "min": 1}
-    )
+    train_puzzles: int = field(default=900, metadata={"help": "Generated training prompts per K&K size / math level."})
     eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on; null: people."})
-    eval_puzzles: int = field(
-        default=100, metadata={"help": "Generated held-out prompts per K&K size / math level.", "min": 0}
-    )
+    eval_puzzles: int = field(default=100, metadata={"help": "Generated held-out prompts per K&K size / math level."})
     data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
     fixed_names: bool = field(
         default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
     )
+    # each field's bounds (lopti.commands.fields), which the commands check as they read the settings; a task's
+    # `data_settings` class takes those of the TaskData keys it has by naming this table
+    BOUNDS: ClassVar[dict[str, dict[str, int]]] = {"train_puzzles": {"min": 1}, "eval_puzzles": {"min": 0}}
 
     def prompt_template(self) -> str:
         """Return the template the prompts take: `template`, or the task's default one."""

@@ -163,6 +163,46 @@ class LoptiGRPOConfig(GRPOConfig):
     )
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "token_credit_kwargs"]
+    # The lopti commands check these bounds of TRL / transformers fields as they read the settings, before the config
+    # is built (lopti.commands.fields): neither library checks them there, and out of them a run failed late (a
+    # traceback once the model was built) or silently (a run that trains nothing). "or": allowed sentinels. Bounds
+    # the libraries check (warmup_steps ≥ 0, ...) are theirs: the config is built before any model, and its
+    # ValueError is one line. num_generations is here although TRL checks it, because the batch-shape message above
+    # divides by it first. tests/commands/test_trainer_bounds.py fails when a TRL or transformers release starts
+    # checking one of these, so that it can leave this table.
+    BOUNDS: ClassVar[dict[str, dict[str, object]]] = {
+        "learning_rate": {"min": 0},
+        "num_generations": {"min": 2},
+        "per_device_train_batch_size": {"min": 1},
+        "per_device_eval_batch_size": {"min": 1},
+        "gradient_accumulation_steps": {"min": 1},
+        "steps_per_generation": {"min": 1},
+        "generation_batch_size": {"min": 1},
+        "num_iterations": {"min": 1},
+        "max_steps": {"min": 1, "or": (-1,)},
+        "num_train_epochs": {"above": 0},
+        "beta": {"min": 0},
+        "max_completion_length": {"min": 1},
+        "temperature": {"above": 0},
+        "top_p": {"above": 0, "max": 1},
+        "top_k": {"min": 0},  # 0: off (TRL's default)
+        "min_p": {"min": 0, "max": 1},
+        "repetition_penalty": {"above": 0},
+        "epsilon": {"min": 0},
+        "epsilon_high": {"min": 0},
+        "max_grad_norm": {"min": 0},
+        "weight_decay": {"min": 0},
+        "logging_steps": {"above": 0},
+        "save_steps": {"above": 0},
+        "eval_steps": {"above": 0},
+        "save_total_limit": {"min": 1},
+        "seed": {"min": 0, "max": 2**32 - 1},  # numpy's limit
+        "data_seed": {"min": 0},
+        "importance_sampling_level": {"choices": ("token", "sequence")},
+    }
+    _argument_group_name = (
+        "LoptiGRPOConfig (lopti): how to train, on TRL's GRPOConfig and transformers' TrainingArguments"
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.token_credit, str):  # `--token_credit stapo+high_entropy` on the command line

@@ -1,13 +1,12 @@
-"""The flags of any settings dataclass: generated from its fields, read back as the fields' types."""
+"""The flags of any settings dataclass: transformers' HfArgumentParser makes them from the fields; lopti's layer
+reads their values as a settings file's, returns only the ones given and words each mistake as one line."""
 
-import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
-from lopti.cli import Parser
-from lopti.commands.command_line import add_settings, given_settings, make_settings, reject_unknown, sections_of
-from lopti.commands.fields import field_names
+from lopti.commands.command_line import SettingsParser, make_settings
 
 
 @dataclass
@@ -16,22 +15,29 @@ class Example:
 
     target: str = field(metadata={"help": "Where to write."})
     fast: bool = field(default=False, metadata={"help": "A switch."})
-    sizes: list[int] = field(default_factory=lambda: [1, 2], metadata={"help": "Some sizes.", "min": 1})
-    rate: float | None = field(default=None, metadata={"help": "A rate, 50% at most.", "max": 0.5})
+    sizes: list[int] = field(default_factory=lambda: [1, 2], metadata={"help": "Some sizes."})
+    rate: float | None = field(default=None, metadata={"help": "A rate, 50% at most."})
+    BOUNDS: ClassVar = {"sizes": {"min_items": 1}, "rate": {"max": 0.5}}
+
+
+def given(words: list[str]) -> dict:
+    settings, _ = SettingsParser([Example], prog="example").given(words)
+    return settings
 
 
 def parsed(words: list[str]) -> Example:
-    parser = Parser(prog="example", allow_abbrev=False)
-    add_settings(parser, sections_of(Example))
-    args, extra = parser.parse_known_args(words)
-    if extra:
-        reject_unknown(extra, field_names(Example))
-    return make_settings(Example, given_settings(args))
+    return make_settings(Example, given(words))
 
 
 def test_flags_come_from_the_fields_and_a_flag_alone_means_true():
     assert parsed(["--target", "a", "--fast", "--sizes", "3,4"]) == Example("a", True, [3, 4], None)
     assert parsed(["--target=a", "--fast", "false", "--rate", "1e-3", "--sizes", "5"]) == Example("a", False, [5], 1e-3)
+    assert parsed(["--target", "a", "--sizes", "[6, 7]", "--rate", "null"]) == Example("a", False, [6, 7], None)
+
+
+def test_only_the_settings_given_come_back_so_a_files_values_stand():
+    assert given(["--fast"]) == {"fast": True}
+    assert make_settings(Example, given(["--rate", "0.2"]), {"target": "b", "rate": 0.1}) == Example("b", rate=0.2)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +47,13 @@ def test_flags_come_from_the_fields_and_a_flag_alone_means_true():
         (["--target", "a", "stray"], "command line: unexpected 'stray'; settings are given as --key value"),
         (["--target", "a", "--rate", "0.7"], "command line: rate must be ≤ 0.5, got 0.7"),
         (["--target", "a", "--fast", "maybe"], "command line: fast must be true or false, got 'maybe'"),
+        (["--target", "a", "--sizes", "[]"], "command line: sizes must be a list of at least 1 name(s), got []"),
+        (["--target"], "command line: target: expected one argument"),
+        (
+            ["--target", "a", "--sizes", "[3"],
+            "command line: sizes must be a list of whole numbers (a,b or [a, b]), got '[3'",
+        ),
+        (["--fast"], "command line: --target is required"),
     ],
 )
 def test_bad_words_are_one_line_naming_the_key(words, message):
@@ -49,23 +62,15 @@ def test_bad_words_are_one_line_naming_the_key(words, message):
     assert str(error.value) == message
 
 
-def test_a_field_without_default_is_a_required_flag(capsys):
+def test_help_shows_each_field_with_its_help_and_default(capsys):
     with pytest.raises(SystemExit):
-        parsed(["--fast"])
-    assert "the following arguments are required: --target" in capsys.readouterr().err
-
-
-def test_help_shows_each_field_with_its_type_help_and_default(capsys):
-    with pytest.raises(SystemExit):
-        parsed(["--help"])
+        given(["--help"])
     printed = " ".join(capsys.readouterr().out.split())
-    assert "usage: example [-h] --target TEXT [--KEY VALUE ...]" in printed
-    assert re.search(r"Example \(\w+\): An example command's settings\.", printed)  # the class and its package
     for line in (
-        "--target TEXT Where to write. (required)",
-        "--fast [BOOL] A switch. (default: false)",
-        "--sizes A,B Some sizes. (default: 1,2)",
-        "--rate FLOAT A rate, 50% at most. (default: null)",
+        "--target TARGET Where to write. (required)",
+        "--fast [FAST] A switch. (default: False)",
+        "--sizes SIZES Some sizes. (default: [1, 2])",
+        "--rate RATE A rate, 50% at most. (default: None)",
     ):
         assert line in printed
 

@@ -1,8 +1,8 @@
-"""`check_values`: any dataclass's annotations and field metadata give the type and bound checks of its settings."""
+"""`check_values`: any dataclass's annotations and `BOUNDS` table give the type and bound checks of its settings."""
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -16,8 +16,8 @@ class Mode(enum.Enum):
 
 @dataclass
 class Example:
-    steps: int = field(default=1, metadata={"min": 1, "or": (-1,)})
-    rate: float = field(default=0.1, metadata={"above": 0, "max": 1})
+    steps: int = 1
+    rate: float = 0.1
     names: list[str] = field(default_factory=list)
     edges: list[float] | None = None
     flag: bool = False
@@ -27,6 +27,7 @@ class Example:
     free: int | str | None = None
     pair: tuple[float, ...] = (0.0, 1.0)
     seeds: list[int] = field(default_factory=list)
+    BOUNDS: ClassVar = {"steps": {"min": 1, "or": (-1,)}, "rate": {"above": 0, "max": 1}}
 
 
 @pytest.mark.parametrize(
@@ -71,6 +72,13 @@ def test_misfits_name_the_key_and_the_value(values, message):
     assert str(error.value) == message
 
 
-def test_bounds_can_come_from_outside_for_classes_lopti_does_not_own():
-    with pytest.raises(ValueError, match=r"here: steps must be ≥ 5 \(or -1\), got 3"):  # metadata "or" stays
-        check_values({"steps": 3}, Example, "here", bounds={"steps": {"min": 5}})
+@dataclass
+class Stricter(Example):
+    BOUNDS: ClassVar = {"steps": {"min": 5}}
+
+
+def test_a_subclass_table_replaces_the_bounds_of_the_keys_it_names():
+    with pytest.raises(ValueError, match=r"here: steps must be ≥ 5, got 3"):
+        check_values({"steps": 3}, Stricter, "here")
+    with pytest.raises(ValueError, match=r"here: rate must be > 0 and ≤ 1, got 2"):  # the base's bound stays
+        check_values({"rate": 2}, Stricter, "here")

@@ -1,12 +1,14 @@
-"""What TRL's `TrlParser` (transformers' `HfArgumentParser` with --config) does not do that `lopti` commands rely on:
-why lopti/commands/fields.py and command_line.py still stand beside it. Each test fails when a release closes its gap.
+"""What transformers' `HfArgumentParser` and TRL's `TrlParser` (HfArgumentParser with --config) do not do that `lopti`
+commands rely on: the layer lopti/commands/command_line.py and fields.py add over HfArgumentParser. Each test fails
+when a release closes its gap, so that the layer can shrink.
 """
 
-import pytest
-from trl import GRPOConfig, TrlParser
+import argparse
+from dataclasses import dataclass, field
 
-from lopti.commands.settings import RunConfig
-from lopti.train.config import LoptiGRPOConfig
+import pytest
+from transformers import HfArgumentParser
+from trl import GRPOConfig, TrlParser
 
 BASE = "output_dir: {out}\nuse_cpu: true\nbf16: false\nreport_to: []\n"
 
@@ -17,19 +19,63 @@ def recipe(tmp_path, text: str) -> str:
     return str(path)
 
 
+def from_recipe(tmp_path, text: str) -> GRPOConfig:
+    (config,) = TrlParser((GRPOConfig,)).parse_args_and_config(["--config", recipe(tmp_path, text)])
+    return config
+
+
 def test_field_metadata_beyond_help_is_handed_to_argparse():
-    """lopti's fields carry their bounds in the metadata ("min", "above", "choices"); HfArgumentParser passes every
-    metadata key to `add_argument`, so it cannot build lopti's commands until the bounds live elsewhere."""
-    with pytest.raises(TypeError, match="unexpected keyword argument"):
-        TrlParser((RunConfig, LoptiGRPOConfig))
+    """Every metadata key goes to `add_argument`, so a field's bounds live in its class's `BOUNDS` table."""
+
+    @dataclass
+    class Bounded:
+        steps: int = field(default=1, metadata={"help": "Steps.", "min": 1})
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'min'"):
+        HfArgumentParser((Bounded,))
+
+
+def test_a_value_past_its_bound_builds_the_config(tmp_path):
+    """Neither library checks these bounds (LoptiGRPOConfig.BOUNDS; tests/commands/test_trainer_bounds.py)."""
+    assert from_recipe(tmp_path, "temperature: -1\n").temperature == -1
+
+
+def test_a_recipe_value_of_the_wrong_type_builds_the_config(tmp_path):
+    """A YAML value that is not text reaches the dataclass unchecked: lopti checks each (`fields.check_values`)."""
+    assert from_recipe(tmp_path, "max_steps: 1.5\n").max_steps == 1.5
+    assert from_recipe(tmp_path, "seed: yes\n").seed is True  # PyYAML's YAML 1.1 booleans
+
+
+def test_a_bad_value_is_argparse_s_usage_block_naming_neither_file_nor_key(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        from_recipe(tmp_path, "learning_rate: abc\n")
+    said = capsys.readouterr().err
+    assert said.startswith("usage:") and "recipe.yaml" not in said
 
 
 def test_an_unknown_recipe_key_is_refused_without_the_closest_names(tmp_path):
     with pytest.raises(ValueError, match="Unknown arguments from config file") as raised:
-        TrlParser((GRPOConfig,)).parse_args_and_config(["--config", recipe(tmp_path, "learning_rat: 0.1\n")])
+        from_recipe(tmp_path, "learning_rat: 0.1\n")
     assert "learning_rate" not in str(raised.value)
 
 
-def test_a_value_past_its_bound_builds_the_config(tmp_path):
-    (args,) = TrlParser((GRPOConfig,)).parse_args_and_config(["--config", recipe(tmp_path, "temperature: -1\n")])
-    assert args.temperature == -1
+def test_a_key_two_dataclasses_share_is_refused_unless_argparse_resolves_it():
+    """`lopti train` splits one recipe between RunConfig and LoptiGRPOConfig, which share data_seed: lopti's parser
+    passes argparse's conflict_handler="resolve" and gives the value to both."""
+
+    @dataclass
+    class Data:
+        data_seed: int = field(default=0, metadata={"help": "Seed of the data."})
+
+    with pytest.raises(argparse.ArgumentError, match="conflicting option strings"):
+        HfArgumentParser((Data, GRPOConfig))
+
+
+def test_a_list_is_space_separated_words_not_a_settings_file_s_a_b():
+    @dataclass
+    class Seeds:
+        seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "Seeds."})
+
+    assert HfArgumentParser((Seeds,)).parse_args_into_dataclasses(["--seeds", "1", "2"])[0].seeds == [1, 2]
+    with pytest.raises(SystemExit):
+        HfArgumentParser((Seeds,)).parse_args_into_dataclasses(["--seeds", "1,2"])

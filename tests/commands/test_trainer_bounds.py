@@ -1,14 +1,16 @@
-"""`TRAINER_BOUNDS` holds only bounds that TRL and transformers leave unchecked: each value past one of them builds a
-`LoptiGRPOConfig` without an error, so lopti must refuse it itself. When this fails, the library checks that bound
-now: drop it from the table, and the library's ValueError is the one line a user sees."""
+"""`LoptiGRPOConfig.BOUNDS` holds only bounds of TRL's and transformers' fields that those libraries leave unchecked:
+each value past one of them builds a `LoptiGRPOConfig` without an error, so lopti must refuse it itself. When this
+fails, the library checks that bound now: drop it from the table, and the library's ValueError is the one line a user
+sees."""
 
 import pytest
 
-from lopti.commands.settings import TRAINER_BOUNDS
 from lopti.train.config import LoptiGRPOConfig
 
+TRAINER_BOUNDS = LoptiGRPOConfig.BOUNDS
+
 CHECKED_BY_LOPTI_FIRST = {"num_generations"}  # TRL checks it, after LoptiGRPOConfig's own message divides by it
-# named choices (transformers checks them; lopti's message only names the key as well) are not bounds
+# a name's choices (importance_sampling_level's) are not a number's bounds
 NUMERIC = {key for key, bounds in TRAINER_BOUNDS.items() if "choices" not in bounds}
 
 

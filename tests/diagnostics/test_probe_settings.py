@@ -38,7 +38,7 @@ def test_bad_settings_are_named():
 
 
 def test_adamw_settings_come_from_the_recipe():
-    # `lopti analyze --config RECIPE` takes the AdamW regimes' settings from the recipe (their "run_key"s);
+    # `lopti analyze --config RECIPE` takes the AdamW regimes' settings from the recipe (`ProbeConfig.RUN_KEYS`);
     # the defaults are the embedded recipe's, so that the two cannot drift apart
     from lopti.cli import RECIPES
     from lopti.commands.command_line import make_settings
@@ -52,7 +52,7 @@ def test_adamw_settings_come_from_the_recipe():
     )
     assert smollm2.model == "smollm2-135m" and smollm2.adam_lr == 1e-6 and smollm2.weight_decay == 0.01
     assert smollm2.max_grad_norm == 0.5  # the command line over the recipe
-    assert smollm2.temperature == AnalyzeConfig().temperature  # no run_key: the trainer's keys stay its own
+    assert smollm2.temperature == AnalyzeConfig().temperature  # not in RUN_KEYS: the trainer's keys stay its own
 
 
 def test_method_settings_come_from_a_run_config_under_the_trainers_keys(tmp_path):

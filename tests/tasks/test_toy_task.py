@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -58,9 +59,10 @@ class AdditionData:
     """Sums of two numbers, as JSONL."""
 
     out: str = field(metadata={"help": "Output folder."})
-    train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train sums.", "min": 1})
-    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test sums.", "min": 0})
+    train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train sums."})
+    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test sums."})
     data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
+    BOUNDS: ClassVar = TaskData.BOUNDS
 
     def write(self) -> dict[str, Path]:
         folder = Path(self.out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lopti.errors import check_output_folder
 from lopti.tasks.kk import rewards
@@ -52,12 +53,13 @@ class KKData:
 
     out: str = field(metadata={"help": "Output folder."})
     people: str = task_data_field("people", metadata={"help": "Sizes: 5, 3-7 or 2,4,6."})
-    train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train puzzles per size.", "min": 1})
-    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test puzzles per size.", "min": 0})
+    train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train puzzles per size."})
+    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test puzzles per size."})
     data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
     template: str | None = task_data_field("template")
     depth: int = field(default=2, metadata={"help": "Maximum statement depth."})
     width: int = field(default=2, metadata={"help": "Maximum operands of and/or."})
+    BOUNDS: ClassVar = TaskData.BOUNDS
 
     def write(self) -> dict[str, Path]:
         """Write the files; return their paths by name."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lopti.errors import check_output_folder
 from lopti.tasks.math import reward
@@ -44,12 +45,11 @@ class MathData:
 
     out: str = field(metadata={"help": "Output folder."})
     levels: str = task_data_field("levels", metadata={"help": "Levels 1-5: 2, 1-3 or 1,3,5."})
-    train_puzzles: int = task_data_field(
-        "train_puzzles", default=1000, metadata={"help": "Train problems per level.", "min": 1}
-    )
-    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test problems per level.", "min": 0})
+    train_puzzles: int = task_data_field("train_puzzles", default=1000, metadata={"help": "Train problems per level."})
+    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test problems per level."})
     data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
     template: str | None = task_data_field("template")
+    BOUNDS: ClassVar = TaskData.BOUNDS
 
     def write(self) -> dict[str, Path]:
         """Write the files; return their paths by name."""
