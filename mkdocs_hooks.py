@@ -13,6 +13,7 @@ import posixpath
 import re
 from pathlib import Path
 
+import yaml
 from mkdocs.structure.files import File, Files, InclusionLevel
 
 ROOT = Path(__file__).parent
@@ -26,34 +27,44 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _shown(value) -> str:
+    """Return a default as a recipe writes it (null, true, 1e-06, [a, b]), or "required"."""
+    if value is dataclasses.MISSING:
+        return "required"
+    value = getattr(value, "value", value)  # an enum member: its name in a recipe
+    value = list(value) if isinstance(value, tuple) else value
+    return f"`{_cell(yaml.safe_dump(value, default_flow_style=True, width=10**9).split(chr(10))[0])}`"
+
+
 def settings_tables(command: str, seen: set[str]) -> str:
-    """Return the markdown tables of `lopti COMMAND`'s settings: lopti's own sections field by field, the
-    sections inherited from TRL and transformers as one line each (`--help` lists them all). Fields in `seen`
-    (shown earlier on the page: `lopti compare` takes all of `lopti train`'s) are left out, and added to it."""
+    """Return the markdown tables of `lopti COMMAND`'s settings, one per class that declares some of them (the
+    command's dataclasses and their bases): lopti's own field by field, those of TRL and transformers as one line
+    each (`--help` lists them all). Fields in `seen` (shown earlier on the page: `lopti compare` takes all of
+    `lopti train`'s) are left out, and added to it."""
     from lopti.cli import _settings_classes  # the classes `lopti COMMAND --help` lists
-    from lopti.commands.command_line import sections_of
-    from lopti.commands.fields import field_default, field_types, shown_value, type_word
 
     lines = []
-    for section in sections_of(*_settings_classes(command)):
-        fields = [item for item in section.fields() if item.name not in seen]
-        seen.update(item.name for item in fields)
-        if not fields:
-            continue
-        if not section.title.endswith("(lopti)"):
-            names = ", ".join(f"`{item.name}`" for item in fields[:6])
-            lines += [f"**{section.title}**: {len(fields)} more settings ({names}, …); `lopti {command} --help` "
-                      "lists each with its help and default.", ""]
-            continue
-        hints = field_types(section.schema)
-        lines += [f"**{section.title}** — {section.description}", "", "| key | value | default | what it does |",
-                  "|---|---|---|---|"]
-        for item in fields:
-            default = field_default(item)
-            shown = "required" if default is dataclasses.MISSING else f"`{_cell(shown_value(default))}`"
-            lines.append(f"| `{item.name}` | `{_cell(type_word(hints[item.name]))}` | {shown} | "
-                         f"{_cell(item.metadata.get('help', ''))} |")
-        lines.append("")
+    for schema in _settings_classes(command):
+        fields = {item.name: item for item in dataclasses.fields(schema) if item.init}
+        for cls in schema.__mro__:
+            declared = [fields[name] for name in vars(cls).get("__annotations__", {}) if name in fields]
+            declared = [item for item in declared if item.name not in seen]
+            seen.update(item.name for item in declared)
+            if not declared:
+                continue
+            title = f"{cls.__name__} ({cls.__module__.split('.')[0]})"
+            if not title.endswith("(lopti)"):
+                names = ", ".join(f"`{item.name}`" for item in declared[:6])
+                lines += [f"**{title}**: {len(declared)} more settings ({names}, …); `lopti {command} --help` "
+                          "lists each with its help and default.", ""]
+                continue
+            summary = (cls.__doc__ or "").strip().split("\n")[0]
+            lines += [f"**{title}** — {summary}", "", "| key | value | default | what it does |", "|---|---|---|---|"]
+            for item in declared:
+                default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+                lines.append(f"| `{item.name}` | `{_cell(item.type)}` | {_shown(default)} | "
+                             f"{_cell(item.metadata.get('help', ''))} |")
+            lines.append("")
     return "\n".join(lines) or "No settings beyond those listed above."
 
 
