@@ -95,11 +95,19 @@ def is_sequence(hint: Any) -> bool:
     return any(typing.get_origin(option) in (list, tuple) for option in _union_options(hint) or (hint,))
 
 
+def _enum_options(options: tuple) -> list[type[enum.Enum]]:
+    """Return the enumerations among a union's members: transformers writes `Union[SchedulerType, str]` for a
+    setting whose text must name one of the enumeration's members."""
+    return [option for option in options if isinstance(option, type) and issubclass(option, enum.Enum)]
+
+
 def describe(hint: Any) -> str:
     """Return what a value of type `hint` looks like, in words."""
     options = _union_options(hint)
     if options is not None:
-        return " or ".join(describe(option) for option in options if option is not type(None))
+        named = _enum_options(options)
+        shown = [option for option in options if option is not type(None) and not (named and option is str)]
+        return " or ".join(describe(option) for option in shown)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         return "one of " + ", ".join(map(repr, args))
@@ -176,6 +184,9 @@ def _convert(value: Any, hint: Any) -> Any:
         return _convert_one(value, hint, lenient=True)
     if value is None and type(None) in options:
         return None
+    named = _enum_options(options)
+    if named and isinstance(value, str) and all(value not in {member.value for member in e} for e in named):
+        raise _Mismatch  # text standing for an enumeration's member names one
     for lenient in (False, True):
         for option in options:
             if option is not type(None):

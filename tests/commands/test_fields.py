@@ -38,7 +38,7 @@ class Example:
         ({"steps": -1}, {"steps": -1}),  # an allowed sentinel below the minimum
         ({"names": "a, b", "edges": "0,0.5,1"}, {"names": ["a", "b"], "edges": [0, 0.5, 1]}),
         ({"edges": None, "label": None, "free": "x"}, {"edges": None, "label": None, "free": "x"}),
-        ({"mode": "anything", "order": "high", "flag": True}, {"mode": "anything", "order": "high", "flag": True}),
+        ({"mode": "slow", "order": "high", "flag": True}, {"mode": "slow", "order": "high", "flag": True}),
         ({"pair": "0,0.5", "seeds": 3}, {"pair": (0, 0.5), "seeds": [3]}),  # a tuple; one value for a list
         ({"unknown": object()}, {}),  # not a field: check_keys's business
     ],
@@ -62,6 +62,8 @@ def test_fitting_values_pass(values, checked):
         ({"names": None}, "here: names needs a value (a list of names (a,b or [a, b]))"),
         ({"edges": "0,x"}, "here: edges must be a list of numbers (a,b or [a, b]), got '0,x'"),
         ({"order": "middle"}, "here: order must be one of 'low', 'high', got 'middle'"),
+        # transformers' `Union[SchedulerType, str]`: the text names a member
+        ({"mode": "anything"}, "here: mode must be one of 'fast', 'slow', got 'anything'"),
         ({"label": ["a"]}, "here: label must be text, got ['a']"),
         ({"pair": "0,x"}, "here: pair must be a list of numbers (a,b or [a, b]), got '0,x'"),
     ],
