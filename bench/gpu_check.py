@@ -7,7 +7,7 @@ Made for a CUDA machine that has torch and transformers but no TRL and no networ
 there, from the checkout:
     python bench/gpu_check.py --wheels bench/gpu_wheels
 which installs the wheels whose package is not installed yet (pip, no index, no dependencies), builds a tiny
-model (lopti.models.tiny, random weights) and trains it. lopti runs from the checkout, not from a wheel.
+model (lopti.tasks.kk.tiny, random weights) and trains it. lopti runs from the checkout, not from a wheel.
 `--dry_run` does the same on the CPU at a tiny size (tests/bench/test_gpu_check.py runs it in CI).
 """
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     import trl
     from datasets import Dataset
 
-    from lopti.models.tiny import build_model, build_tokenizer, kk_corpus
+    from lopti.tasks.kk.tiny import build_model, build_tokenizer, kk_corpus
 
     cuda = not options.dry_run
     if cuda and not torch.cuda.is_available():

@@ -33,10 +33,10 @@ from testbed_runs import PAPER_SHARES, start_shares
 from lopti.cli import main as lopti
 from lopti.commands import train_run
 from lopti.commands.files import write_atomic
-from lopti.models.warmstart import WarmStartConfig, stage_records
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.logic import canonical_key
 from lopti.tasks.kk.prompts import trainer_prompt
+from lopti.tasks.kk.warmstart import WarmStartConfig, stage_records
 
 
 @dataclass(frozen=True)

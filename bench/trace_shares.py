@@ -2,7 +2,7 @@
 
 A model that learned the warm start's teacher exactly would give each token of a stage-1 completion the
 teacher's conditional probability given the tokens before it. This script draws --puzzles stage-1 completions
-(3 people, terse prompts, fixed names, as `lopti.models.warmstart.stage_records` builds them) in the given
+(3 people, terse prompts, fixed names, as `lopti.tasks.kk.warmstart.stage_records` builds them) in the given
 trace form, ending in the tokenizer's end token as a sampled response does, and prints the shares of tokens
 whose probability falls in [0, .25), [.25, .5), [.5, .75), [.75, 1] (docs/paper.md §9's quartiles), the mean
 and longest completion length in tokens.
@@ -44,8 +44,8 @@ import random
 from collections.abc import Callable
 
 from lopti.models.embedded import SHIPPED
-from lopti.models.warmstart import WarmStartConfig, completion, stage_records
 from lopti.tasks.kk.trace import FORMS
+from lopti.tasks.kk.warmstart import WarmStartConfig, completion, stage_records
 
 EDGES = (0.25, 0.5, 0.75)
 MEASURED_PLAIN = (11.0, 2.7, 2.8, 83.6)  # docs/results.md, round 5: the shipped warm start's first RL batches
@@ -152,7 +152,7 @@ def calibrated(teacher: list[float]) -> list[float]:
 
 def stage_one_lengths(form: str, tokenizer) -> tuple[float, int]:
     """Return the mean and longest completion (tokens, without the end token) of the whole stage-1 data set
-    in `form`, drawn as `lopti.models.warmstart.sft_dataset` draws it."""
+    in `form`, drawn as `lopti.tasks.kk.warmstart.sft_dataset` draws it."""
     config = WarmStartConfig()
     rng = random.Random(f"{config.seed}|reason")
     records = stage_records(config, "reason")

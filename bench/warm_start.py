@@ -1,5 +1,5 @@
 """Build the shipped warm start of an embedded warm-started model (`tiny`, `tiny-varied`): tiny-base, then the
-two SFT stages of lopti/models/warmstart.py with the model's `WarmStartConfig`, written to
+two SFT stages of lopti/tasks/kk/warmstart.py with the model's `WarmStartConfig`, written to
 lopti/models/shipped/<model>/.
 
 `lopti train` loads that folder instead of training the warm start on first use, so a first run spends its
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from lopti.models.embedded import SHIPPED, WARM_STARTED, build_tiny_base, warm_start_config, write_manifest
-from lopti.models.warmstart import cpu_has_bf16, warm_start
+from lopti.tasks.kk.warmstart import cpu_has_bf16, warm_start
 
 
 def machine() -> str:

@@ -1,4 +1,4 @@
-"""Step time of the warm start's SFT (lopti/models/warmstart.py), with and without TRL's padding_free, side by side.
+"""Step time of the warm start's SFT (lopti/tasks/kk/warmstart.py), with and without TRL's padding_free, side by side.
 
 Report only: the warm start recipe is not changed (it defines the default model). Each round trains `--steps`
 steps of the warm start's data and settings from tiny-base, once per variant in a rotating order; the first
@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from lopti.models.loading import resolve_model
-from lopti.models.warmstart import WarmStartConfig, sft_dataset
+from lopti.tasks.kk.warmstart import WarmStartConfig, sft_dataset
 
 
 class Clock(TrainerCallback):

@@ -10,7 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 import torch
 
-from lopti.models.tiny import build_model, build_tokenizer, kk_corpus
+from lopti.tasks.kk.tiny import build_model, build_tokenizer, kk_corpus
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 

@@ -8,7 +8,7 @@ import pytest
 
 from lopti.cli import RECIPES, main
 from lopti.models import embedded
-from lopti.models.warmstart import WarmStartConfig
+from lopti.tasks.kk.warmstart import WarmStartConfig
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
 - `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
-- `tiny`: `tiny-base` after the supervised warm start of lopti.models.warmstart, on traces in the plain form;
+- `tiny`: `tiny-base` after the supervised warm start of lopti.tasks.kk.warmstart, on traces in the plain form;
 - `tiny-varied`: the same on traces in the varied form, whose free choices put the sampled tokens' probability
   shares near an LLM's (docs/results.md). Both warm starts ship with the package (lopti/models/shipped/, made
   by bench/warm_start.py: 26 and 37 minutes of SFT on 2 CPU cores), so a first run spends its time on RL; a warm
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lopti.models.warmstart import WarmStartConfig
+    from lopti.tasks.kk.warmstart import WarmStartConfig
 
 MANIFEST = "lopti_manifest.json"
 BUILD_VERSION = 3  # bump when a builder changes, so old cache entries are not reused
@@ -149,7 +149,7 @@ def cached(name: str, build: Callable[[Path], None]) -> Path:
 
 def build_tiny_base(folder: Path) -> None:
     """Write the untrained tiny model and its tokenizer to `folder` (deterministic)."""
-    from lopti.models.tiny import build_model, build_tokenizer, kk_corpus
+    from lopti.tasks.kk.tiny import build_model, build_tokenizer, kk_corpus
 
     tokenizer = build_tokenizer(kk_corpus())
     model = build_model(tokenizer, **TINY_SHAPE)
@@ -186,8 +186,8 @@ def build_smollm2(folder: Path) -> None:
 
 
 def build_warm_started(name: str, folder: Path) -> None:
-    """Write the warm-started model `name`: the tiny base model after its warm start (lopti.models.warmstart)."""
-    from lopti.models.warmstart import warm_start
+    """Write the warm-started model `name`: the tiny base model after its warm start (lopti.tasks.kk.warmstart)."""
+    from lopti.tasks.kk.warmstart import warm_start
 
     warm_start(embedded_model_path("tiny-base"), folder, warm_start_config(name))
     shutil.rmtree(folder / "sft-work", ignore_errors=True)
@@ -202,7 +202,7 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
 
 def warm_start_config(name: str) -> WarmStartConfig:
     """Return the `WarmStartConfig` of the warm-started model `name` (on `WARM_START` when a test sets one)."""
-    from lopti.models.warmstart import WarmStartConfig
+    from lopti.tasks.kk.warmstart import WarmStartConfig
 
     return replace(WARM_START or WarmStartConfig(), **WARM_STARTED[name])
 

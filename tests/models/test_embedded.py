@@ -70,7 +70,7 @@ def test_unknown_embedded_name():
 
 
 def test_another_warm_start_is_another_cache_entry(monkeypatch):
-    from lopti.models.warmstart import WarmStartConfig
+    from lopti.tasks.kk.warmstart import WarmStartConfig
 
     default = embedded.warm_start_key("tiny")
     assert embedded.warm_start_key("tiny-varied") != default
@@ -81,7 +81,7 @@ def test_another_warm_start_is_another_cache_entry(monkeypatch):
 
 
 def test_a_test_warm_start_keeps_each_models_own_settings(monkeypatch):
-    from lopti.models.warmstart import WarmStartConfig
+    from lopti.tasks.kk.warmstart import WarmStartConfig
 
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=10))
     varied = embedded.warm_start_config("tiny-varied")
@@ -115,7 +115,7 @@ def test_the_default_warm_start_is_the_shipped_folder_and_nothing_is_built(tmp_p
 def test_a_shipped_folder_that_does_not_match_the_code_is_not_used(tmp_path, monkeypatch, capsys, case):
     from dataclasses import asdict
 
-    from lopti.models.warmstart import WarmStartConfig
+    from lopti.tasks.kk.warmstart import WarmStartConfig
 
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
     settings = {

@@ -29,7 +29,7 @@ def colocate(model_dir: Path, out: Path, trainer: str, keep_weights: bool = Fals
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """Return a saved tiny Qwen2 (hidden 64, 2 layers) with the tiny tokenizer: vLLM loads it from the folder."""
-    from lopti.models.tiny import build_model, build_tokenizer, kk_corpus
+    from lopti.tasks.kk.tiny import build_model, build_tokenizer, kk_corpus
 
     folder = tmp_path_factory.mktemp("tiny-vllm")
     tokenizer = build_tokenizer(kk_corpus(puzzles_per_size=40))

@@ -2,9 +2,9 @@
 
 import pytest
 
-from lopti.models.warmstart import WarmStartConfig, sft_arguments, sft_dataset, stage_records
 from lopti.tasks.kk.logic import canonical_key
 from lopti.tasks.kk.rewards import accuracy, logic_rl_score
+from lopti.tasks.kk.warmstart import WarmStartConfig, sft_arguments, sft_dataset, stage_records
 
 
 def check_answers(rows, records) -> int:
@@ -80,7 +80,7 @@ def test_a_bad_warm_start_setting_is_refused_in_one_line(setting, stage, message
 
 
 def test_stage_one_is_kept_and_a_second_build_trains_only_stage_two(tmp_path, tiny_model_dir, monkeypatch):
-    from lopti.models import warmstart
+    from lopti.tasks.kk import warmstart
 
     config = WarmStartConfig(puzzles_per_size=8, copies=1, answer_puzzles=8, batch_size=8, bf16=False)
     stages = []
