@@ -1,4 +1,8 @@
-"""The embedded-model cache: built once, reused, rebuilt when partial or corrupt, clear when unwritable."""
+"""The embedded-model cache: built once, reused, rebuilt when partial or corrupt saying why, clear when unwritable;
+an entry that is a file is refused before building, and the staging folders of killed builds are removed."""
+
+import subprocess
+import sys
 
 import pytest
 
@@ -22,25 +26,6 @@ def test_built_once_then_reused(tmp_path, monkeypatch):
     assert first == second and len(calls) == 1
     assert embedded.damage(first) is None
     assert not any(p.name.startswith(".m") for p in tmp_path.iterdir()), "no staging folder left behind"
-
-
-@pytest.mark.parametrize("damage", ["truncate", "flip", "manifest", "missing"])
-def test_corrupt_or_partial_entry_is_rebuilt(tmp_path, monkeypatch, damage):
-    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
-    calls = []
-    folder = embedded.cached("m", fake_builder(calls))
-    weights = folder / "model.safetensors"
-    if damage == "truncate":
-        weights.write_bytes(weights.read_bytes()[:10])
-    elif damage == "flip":
-        weights.write_bytes(b"X" + weights.read_bytes()[1:])
-    elif damage == "manifest":
-        (folder / embedded.MANIFEST).unlink()
-    else:
-        weights.unlink()
-    assert embedded.damage(folder) is not None
-    assert embedded.cached("m", fake_builder(calls)) == folder
-    assert len(calls) == 2 and embedded.damage(folder) is None
 
 
 def test_failed_build_leaves_nothing_usable(tmp_path, monkeypatch):
@@ -146,3 +131,55 @@ def test_the_shipped_warm_start_is_whole_and_made_with_the_codes_settings(name):
     record = json.loads((folder / "warm_start.json").read_text())
     assert record["warm_start"] == asdict(embedded.warm_start_config(name))
     assert embedded.shipped_model(name) == folder
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        ("truncate", "model.safetensors has 10 bytes, the manifest says 700"),
+        ("flip", "model.safetensors does not match its hash in the manifest"),
+        ("manifest", "lopti_manifest.json is missing or unreadable (a build that did not finish)"),
+        ("missing", "model.safetensors is missing"),
+    ],
+)
+def test_a_damaged_entry_is_rebuilt_saying_why(damage, reason, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
+    calls = []
+    folder = embedded.cached("m", fake_builder(calls))
+    assert capsys.readouterr().err == ""  # a first build is no news
+    weights = folder / "model.safetensors"
+    if damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:10])
+    elif damage == "flip":
+        weights.write_bytes(b"X" + weights.read_bytes()[1:])
+    elif damage == "manifest":
+        (folder / embedded.MANIFEST).unlink()
+    else:
+        weights.unlink()
+    assert embedded.damage(folder) is not None
+    assert embedded.cached("m", fake_builder(calls)) == folder and len(calls) == 2
+    assert embedded.damage(folder) is None
+    assert capsys.readouterr().err == f"lopti: cache entry {folder} is damaged ({reason}); building it again\n"
+
+
+def test_an_entry_that_is_a_file_is_refused_before_building(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
+    (tmp_path / f"m-v{embedded.BUILD_VERSION}").write_text("not a folder")
+    calls = []
+    with pytest.raises(ValueError, match=r"cache entry .*/m-v\d+ is a file, not a model folder; delete it"):
+        embedded.cached("m", fake_builder(calls))
+    assert calls == []
+
+
+def test_staging_folders_of_killed_builds_are_removed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOPTI_CACHE", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = tmp_path / f".m.pid{int(dead.stdout)}.x1y2z3"  # a build killed with SIGKILL: no `finally` ran
+    older = tmp_path / ".m-abcd1234"  # how lopti named them before it recorded the builder's process
+    running = tmp_path / f".m.pid{embedded.os.getpid()}.q9w8e7"  # a build still going on
+    other = tmp_path / ".m2.pid1.abcdef"  # another entry's
+    for folder in (killed, older, running, other):
+        (folder / "sft-work").mkdir(parents=True)
+    embedded.cached("m", fake_builder([]))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted([running.name, other.name])
+    assert f"removed 2 staging folder(s) left in {tmp_path} by an interrupted build" in capsys.readouterr().err
