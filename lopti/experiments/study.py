@@ -126,8 +126,10 @@ def plan_runs(
     threads_path = out / THREADS_FILE
     recorded = json.loads(threads_path.read_text()) if threads_path.exists() else {}
     jobs = []
-    for variant in variants:
-        for seed in seeds:
+    # seed by seed: a study stopped partway (a long one runs over several sittings) holds every variant of the
+    # seeds it finished, which pair with each other
+    for seed in seeds:
+        for variant in variants:
             name = run_name(variant, seed)
             run_dir = out / "runs" / name
             if all((run_dir / output).is_file() for output in run_outputs(evaluate=True)):
