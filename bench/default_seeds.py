@@ -25,6 +25,7 @@ from default_select import third_means
 from lopti.cli import main as lopti
 from lopti.commands.files import write_atomic
 from lopti.commands.report import paired_interval, per_prompt
+from lopti.experiments.statistics import paired_difference, smallest_p
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "math-smollm2-ar-cpu.yaml"
 SEEDS, PRECISIONS, MIN_GAIN = (0, 1, 2, 3, 4), ("bf16", "fp32"), 10.0
@@ -92,7 +93,29 @@ def table(runs: list[dict]) -> str:
                 f"{statistics.fmean(gains['greedy']):+.1f} (range {min(gains['greedy']):+.1f} to "
                 f"{max(gains['greedy']):+.1f}); {sum(r['meets_bar'] for r in mine)} of {len(mine)} meet the bar."
             )
-    return "\n".join(lines)
+    return "\n".join(lines + precision_comparison(runs))
+
+
+def precision_comparison(runs: list[dict]) -> list[str]:
+    """Return the lines comparing bf16's gains with fp32's seed by seed (the same seed in both precisions), with
+    the exact sign-flip p and the bootstrap interval over the seeds; none unless both ran a seed."""
+    gains = {precision: {} for precision in PRECISIONS}
+    for r in runs:
+        precision, seed = r["run"].split("-seed")
+        gains[precision][int(seed)] = {key: r[f"{key}_after"] - r[f"{key}_before"] for key in ("sampled", "greedy")}
+    lines = []
+    for key in ("sampled", "greedy"):
+        difference = paired_difference(*({s: g[key] for s, g in gains[p].items()} for p in PRECISIONS))
+        if difference is None or difference.over_seeds is None:
+            continue
+        low, high = difference.over_seeds
+        lines.append(
+            f"\nbf16 − fp32, {key} gain, seed by seed ({len(difference.seeds)} seeds): mean {difference.mean:+.1f} "
+            f"points [{low:+.1f}, {high:+.1f}] (bootstrap over seeds), bf16 above on {difference.above}, below on "
+            f"{difference.below}; exact sign-flip p = {difference.p_value:.3f} (the smallest "
+            f"{len(difference.seeds)} seeds allow: {smallest_p(len(difference.seeds)):.3f})."
+        )
+    return lines
 
 
 def main() -> None:
