@@ -55,12 +55,12 @@ def test_help_lists_every_field_with_its_help(command, capsys):
         assert squeezed(text) in squeezed(printed), name
 
 
-def test_train_help_lists_the_run_then_the_trainer_with_lopti_s_own_settings_last(capsys):
+def test_train_help_lists_the_run_then_the_trainer_each_with_its_own_settings_first(capsys):
     printed = help_of("train", capsys)
     flags = re.findall(r"^ {2}--(\w+)", printed, re.MULTILINE)
     assert len(flags) > 200  # TRL's GRPOConfig and transformers' TrainingArguments: every field
-    # HfArgumentParser: one group per dataclass, each with its inherited fields first
-    order = [flags.index(name) for name in ("people", "model", "adam_beta1", "num_generations", "ar_alpha")]
+    # one group per dataclass (HfArgumentParser's), its own fields before those it inherits
+    order = [flags.index(name) for name in ("model", "people", "ar_alpha", "adam_beta1", "num_generations")]
     assert order == sorted(order)
     headings = [line for line in printed.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
     assert headings[1:] == [f"{settings.RunConfig._argument_group_name}:", f"{LoptiGRPOConfig._argument_group_name}:"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -61,6 +62,10 @@ class SettingsParser(HfArgumentParser):
             if action.required:  # a --config file may give it: checked once both are read (`make_settings`)
                 action.required, action.default = False, argparse.SUPPRESS
                 action.help = f"{action.help} (required)"
+        # --help: each class's own settings before those it inherits (LoptiGRPOConfig's before TRL's ~200)
+        own = set().union(*(inspect.get_annotations(schema) for schema in self.dataclass_types))
+        for group in self._action_groups:
+            group._group_actions.sort(key=lambda action: action.dest not in own)
 
     def given(self, words: list[str]) -> tuple[dict[str, Any], argparse.Namespace]:
         """Return the settings given in `words`, read and checked, and the command's other options (--config ...)."""
