@@ -98,7 +98,12 @@ def train(name: str, model_dir: Path, prompts, options: dict, batches: int, cuda
     assert (device.type == "cuda") == cuda, device
     assert not isinstance(trainer, CpuFastPath)  # every forward and the rollout were TRL's
     per_batch = [sum(timer.seconds[i : i + steps_per_batch]) for i in range(0, len(timer.seconds), steps_per_batch)]
-    return {"seconds_per_batch": sum(per_batch[1:]) / len(per_batch[1:]), "batches_timed": len(per_batch) - 1}
+    lengths = [row["completions/mean_length"] for row in trainer.state.log_history if "completions/mean_length" in row]
+    return {
+        "seconds_per_batch": sum(per_batch[1:]) / len(per_batch[1:]),
+        "batches_timed": len(per_batch) - 1,
+        "completion_mean_length": sum(lengths) / len(lengths),  # generation dominates: equal lengths, fair times
+    }
 
 
 def odd_tokens(completion_ids, **kwargs) -> list[float]:
@@ -112,6 +117,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--wheels", type=Path, help="folder of wheels to install first (bench/gpu_wheels.sh)")
     parser.add_argument("--dry_run", action="store_true", help="on the CPU, float32, a tiny model and batch")
     parser.add_argument("--batches", type=int, default=6, help="generated batches per variant (the first is warm-up)")
+    parser.add_argument(
+        "--rounds", type=int, default=2,
+        help="rounds over the variants, every other one in reverse order, so that no variant always runs first",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     options = parser.parse_args(argv)
     if options.wheels is not None:
@@ -143,8 +152,20 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.cuda.get_device_name() if cuda else "CPU"
     print(f"gpu_check: {device}; torch {torch.__version__}, transformers {transformers.__version__}, trl "
           f"{trl.__version__}; {size}; {batch}; {'bf16' if cuda else 'float32'}")  # fmt: skip
+    names = ("trl", "grpo", "ar+lopti")
+    train("trl", model_dir, prompts, common, 2, cuda)  # warm-up, untimed: the process's first CUDA work is slower
+    rounds = [{} for _ in range(options.rounds)]
+    for number, round_runs in enumerate(rounds):
+        for name in names if number % 2 == 0 else names[::-1]:
+            round_runs[name] = train(name, model_dir, prompts, common, options.batches, cuda)
     runs = {
-        name: train(name, model_dir, prompts, common, options.batches, cuda) for name in ("trl", "grpo", "ar+lopti")
+        name: {
+            "seconds_per_batch": sum(r[name]["seconds_per_batch"] for r in rounds) / len(rounds),
+            "batches_timed": sum(r[name]["batches_timed"] for r in rounds),
+            "completion_mean_length": sum(r[name]["completion_mean_length"] for r in rounds) / len(rounds),
+            "rounds": [r[name]["seconds_per_batch"] for r in rounds],
+        }
+        for name in names
     }
     seconds = {name: run["seconds_per_batch"] for name, run in runs.items()}
     result = {
@@ -154,7 +175,10 @@ def main(argv: list[str] | None = None) -> dict:
         "lopti_grpo_over_trl": seconds["grpo"] / seconds["trl"],
     }
     for name, run in runs.items():
-        print(f"  {name:9} {run['seconds_per_batch']:.4f} s per generated batch ({run['batches_timed']} timed)")
+        print(
+            f"  {name:9} {run['seconds_per_batch']:.4f} s per generated batch ({run['batches_timed']} timed; rounds "
+            f"{', '.join(f'{s:.4f}' for s in run['rounds'])}), completions {run['completion_mean_length']:.1f} tokens"
+        )  # fmt: skip
     print(f"AR + Lopti / GRPO: {result['ar_lopti_over_grpo']:.3f}×; lopti GRPO / GRPOTrainer: "
           f"{result['lopti_grpo_over_trl']:.3f}×")  # fmt: skip
     if options.out is not None:

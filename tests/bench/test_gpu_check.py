@@ -38,5 +38,6 @@ def test_the_dry_run_trains_every_variant_and_prints_both_ratios(tmp_path):
     assert "AR + Lopti / GRPO: " in result.stdout and "lopti GRPO / GRPOTrainer: " in result.stdout
     figures = json.loads(out.read_text())
     assert figures["device"] == "CPU"
-    assert [run["batches_timed"] for run in figures["runs"].values()] == [1, 1, 1]
+    assert [run["batches_timed"] for run in figures["runs"].values()] == [2, 2, 2]  # 1 per round, 2 rounds
+    assert all(len(run["rounds"]) == 2 for run in figures["runs"].values())
     assert figures["ar_lopti_over_grpo"] > 0 and figures["lopti_grpo_over_trl"] > 0
