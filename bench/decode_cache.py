@@ -26,6 +26,7 @@ from lopti.cli import default_recipe
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import EVAL_BATCH_SIZE, task_datasets
 from lopti.evaluation.generation import generate
+from lopti.tasks.registry import get_task
 from lopti.train import decode, packing
 
 
@@ -49,7 +50,7 @@ def main() -> None:
         parser.error(f"--model {args.model}: not a model folder (no config.json)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     run, _ = split(resolve(default_recipe("kk"), {"output_dir": "/tmp/lopti-bench/decode-cache"}))
-    train, held_out = task_datasets(run)[:2]
+    train, held_out = task_datasets(get_task(run.task), run)[:2]
     model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     prompts = [row["prompt"] for row in held_out]

@@ -52,7 +52,7 @@ def run(out: Path, learning_rate: float, validation: Dataset) -> dict:
     folder = out / f"lr{learning_rate:g}-seed{SEED}"
     if not (folder / "eval_after.json").is_file():
         datasets = train_run.task_datasets
-        train_run.task_datasets = lambda run_config: (datasets(run_config)[0], validation)
+        train_run.task_datasets = lambda task, run_config: (datasets(task, run_config)[0], validation)
         try:
             argv = ["train", "--config", str(CONFIG), "--learning_rate", str(learning_rate), "--max_steps",
                     str(BATCHES), "--seed", str(SEED), "--eval_samples", str(SAMPLES), "--eval_sampled_prompts",

@@ -31,10 +31,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     run, _ = split(resolve(default_recipe("kk"), {"output_dir": "/tmp/lopti-bench/eval-batch"}))
-    rows = list(task_datasets(run)[1])
+    task = get_task(run.task)
+    rows = list(task_datasets(task, run)[1])
     model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    task = get_task(run.task)
     for batch_size in map(int, args.batch_sizes.split(",")):
         with fast_generation(model):
             started = time.perf_counter()

@@ -28,6 +28,7 @@ from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.evaluation.generation import prompt_text
 from lopti.models.loading import resolve_model
+from lopti.tasks.registry import get_task
 
 
 def decomposition(model, tokenizer, rows: list[dict], samples: int) -> dict[str, float]:
@@ -83,7 +84,10 @@ def main() -> None:
     folder = args.model or resolve_model(run.model)
     tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    rows = [{**row, "prompt": prompt_text(row["prompt"], tokenizer)} for row in list(task_datasets(run)[1])]
+    rows = [
+        {**row, "prompt": prompt_text(row["prompt"], tokenizer)}
+        for row in list(task_datasets(get_task(run.task), run)[1])
+    ]
     result = {"config": args.config, "model": str(folder), "puzzles": args.puzzles, "samples": args.samples}
     result |= decomposition(model, tokenizer, rows[: args.puzzles], args.samples)
     write_atomic(args.out, json.dumps(result, indent=1))

@@ -27,6 +27,7 @@ from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.evaluation.generation import generate, prompt_text
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.tasks.registry import get_task
 from lopti.train.packing import fast_generation
 
 CONFIG = "configs/math-smollm2-ar-cpu.yaml"
@@ -40,7 +41,7 @@ VARIANTS = {
 def decoding_seconds(prompts: int, dtype: torch.dtype) -> float:
     """Return the seconds of greedy decoding of the first `prompts` held-out problems on weights of `dtype`."""
     run, _ = split(resolve(CONFIG, {"output_dir": "/tmp/lopti-bench/precision"}))
-    rows = list(task_datasets(run)[1])[:prompts]
+    rows = list(task_datasets(get_task(run.task), run)[1])[:prompts]
     path = resolve_model(run.model)
     tokenizer, model = load_tokenizer(path), load_model(path)
     weights = copy.deepcopy(model).to(dtype) if dtype != torch.float32 else model

@@ -97,7 +97,7 @@ def run(out: Path, config: str, candidate: tuple[float, int], seed: int, validat
     folder = out / f"lr{learning_rate:g}-batches{batches}-seed{seed}"
     if not (folder / "eval_after.json").is_file():
         datasets = train_run.task_datasets
-        train_run.task_datasets = lambda run_config: (datasets(run_config)[0], validation)
+        train_run.task_datasets = lambda task, run_config: (datasets(task, run_config)[0], validation)
         try:
             argv = ["train", "--config", str(ROOT / config), "--learning_rate", str(learning_rate),
                     "--max_steps", str(passes * batches), "--save_steps", "10", "--seed", str(seed),

@@ -39,6 +39,8 @@ TRAIN = [
     (["--lopti_split", "sideways"], "lopti_split must be one of ('probability', 'random', 'none'), got 'sideways'"),
     (["--fixed_names", "maybe"], "fixed_names must be true or false, got 'maybe'"),
     (["--task", "kk", "--rewards", "nope"], "unknown kk reward(s) nope; choose from logic_rl, strict, partial"),
+    (["--people", "3"], "command line: people is a data setting the math task does not read; its own are levels,"),
+    (["--task", "kk", "--levels", "2"], "command line: levels is a data setting the kk task does not read"),
     (["--rewards", "[]"], "rewards must be a list of at least 1 name(s), got []"),
     (["--top_k", "-1"], "top_k must be ≥ 0, got -1"),
     (["--min_p", "2"], "min_p must be ≥ 0 and ≤ 1, got 2"),

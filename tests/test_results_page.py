@@ -105,8 +105,11 @@ def check_tables(section: str, records: list[Path]) -> int:
                     assert cell == per_seed(runs, variant), (path, variant)
                 checked += 1
     for low, high in RL_TIME.findall(section):
-        seconds = [json.loads(path.read_text())["train_seconds"] for record in records
-                   for path in (record.parent / "runs").glob("*/run.json")]
+        seconds = [
+            json.loads(path.read_text())["train_seconds"]
+            for record in records
+            for path in (record.parent / "runs").glob("*/run.json")
+        ]
         assert seconds and (low, high) == (f"{min(seconds):.0f}", f"{max(seconds):.0f}")
     return checked
 

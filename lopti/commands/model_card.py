@@ -17,10 +17,10 @@ from transformers import SchedulerType, TrainerCallback
 
 from lopti.commands.report import eval_table
 from lopti.models.loading import EMBEDDED_MODELS
-from lopti.tasks.registry import get_task
 
 if TYPE_CHECKING:
     from lopti.commands.settings import RunConfig
+    from lopti.tasks.task import Task
     from lopti.train.config import LoptiGRPOConfig
 
 ESTIMATOR_NAMES = {
@@ -61,20 +61,20 @@ def is_hub_id(model: str) -> bool:
     return model not in EMBEDDED_MODELS and model.count("/") == 1 and not Path(model).expanduser().exists()
 
 
-def task_words(run: RunConfig) -> str:
+def task_words(run: RunConfig, task: Task) -> str:
     """Return the task and its data in one line."""
-    data = get_task(run.task).describe_data(run)
-    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.reward_names())})"
+    data = task.describe_data(run)
+    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.reward_names(task))})"
 
 
-def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:
+def settings_table(run: RunConfig, task: Task, args: LoptiGRPOConfig) -> str:
     """Return the run's method settings as a markdown table."""
     prompts = args.generation_batch_size // args.num_generations
     split = "" if args.lopti_split == "probability" else f", split `{args.lopti_split}`"
     clip = f"ε {args.epsilon:g}" + (f" / {args.epsilon_high:g}" if args.epsilon_high is not None else "")
     rows = {
         "base model": base_model_words(run.model),
-        "task": task_words(run),
+        "task": task_words(run, task),
         "method": method_line(args),
         "advantage estimator": f"`{args.advantage_estimator}`" if args.advantage_estimator else "TRL's",
         "AR α": f"{args.ar_alpha:g}" + (" (off)" if args.ar_alpha == 0 else ""),
@@ -90,7 +90,9 @@ def settings_table(run: RunConfig, args: LoptiGRPOConfig) -> str:
     return "\n".join(["| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows.items())])
 
 
-def model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig, before: dict | None, after: dict | None) -> str:
+def model_card(
+    run_dir: Path, run: RunConfig, task: Task, args: LoptiGRPOConfig, before: dict | None, after: dict | None
+) -> str:
     """Return the model card of the run in `run_dir`: metadata, method, held-out table, how to load."""
     # with LoRA, final/ holds the adapter, which peft loads on top of its base model
     library, model_class = (
@@ -116,7 +118,7 @@ def model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig, before: dic
         "",
         "## Method and settings",
         "",
-        settings_table(run, args),
+        settings_table(run, task, args),
         "",
     ]
     if before is not None and after is not None:
@@ -146,21 +148,21 @@ def model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig, before: dic
     return "\n".join(parts)
 
 
-def write_model_card(run_dir: Path, run: RunConfig, args: LoptiGRPOConfig) -> Path:
+def write_model_card(run_dir: Path, run: RunConfig, task: Task, args: LoptiGRPOConfig) -> Path:
     """Write README.md in `run_dir`, with the held-out results found there; return its path."""
     evals = [run_dir / "eval_before.json", run_dir / "eval_after.json"]
     before, after = (json.loads(path.read_text()) if path.exists() else None for path in evals)
     path = run_dir / "README.md"
-    path.write_text(model_card(run_dir, run, args, before, after))
+    path.write_text(model_card(run_dir, run, task, args, before, after))
     return path
 
 
 class LoptiModelCard(TrainerCallback):
     """Write lopti's card over the one TRL writes into output_dir at every checkpoint (`on_save` follows it)."""
 
-    def __init__(self, run: RunConfig) -> None:
-        self.run = run
+    def __init__(self, run: RunConfig, task: Task) -> None:
+        self.run, self.task = run, task
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            write_model_card(Path(args.output_dir), self.run, args)
+            write_model_card(Path(args.output_dir), self.run, self.task, args)

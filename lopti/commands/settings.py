@@ -16,6 +16,7 @@ from lopti.commands.fields import check_keys, check_values, field_names
 from lopti.errors import UserError, check_output_folder
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData, get_task
+from lopti.tasks.task import Task
 from lopti.train.config import LoptiGRPOConfig
 
 
@@ -65,9 +66,9 @@ class RunConfig(TaskData):
     }  # fmt: skip
     _argument_group_name = "RunConfig (lopti): what to train, with the task data (TaskData)"
 
-    def reward_names(self) -> list[str]:
+    def reward_names(self, task: Task) -> list[str]:
         """Return the reward functions the run trains on: `rewards`, or the task's default ones."""
-        return list(self.rewards or get_task(self.task).default_rewards)
+        return list(self.rewards or task.default_rewards)
 
 
 def train_keys() -> set[str]:
@@ -77,13 +78,21 @@ def train_keys() -> set[str]:
 
 def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """Return the settings of a run: the YAML file's, then the command-line overrides, every value checked."""
-    settings = {}
+    settings, sources = {}, {}
     if config_file is not None:
         from_file = load_yaml(config_file)
         check_keys(from_file, train_keys(), str(config_file))
         settings.update(from_file | check_run_values(from_file, str(config_file)))
+        sources |= dict.fromkeys(from_file, str(config_file))
     check_keys(overrides, train_keys(), "command line")
     settings.update(overrides | check_run_values(overrides, "command line"))
+    sources |= dict.fromkeys(overrides, "command line")
+    task = get_task(settings.get("task", RunConfig.task))
+    if unread := task.unread_keys(sources):
+        raise UserError(
+            f"{sources[unread[0]]}: {unread[0]} is a data setting the {task.name} task does not read; its own are "
+            f"{', '.join(task.data_keys)}"
+        )
     return settings
 
 

@@ -38,6 +38,7 @@ from lopti.console import rl_columns, use_lopti_console
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
+from lopti.tasks.task import Task
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.fast_path import CpuFastPath, is_sharded
@@ -99,20 +100,20 @@ def end_together(trainer: LoptiGRPOTrainer, group: dist.ProcessGroup | None) -> 
     trainer.accelerator.end_training()
 
 
-def task_datasets(run: RunConfig):
+def task_datasets(task: Task, run: RunConfig):
     """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
     from datasets import Dataset
 
-    train_rows, eval_rows = get_task(run.task).rows(run)
+    train_rows, eval_rows = task.rows(run)
     return Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
 
 
-def task_rewards(run: RunConfig, weights: list[float] | None, tokenizer=None) -> tuple[list, list[float]]:
+def task_rewards(task: Task, run: RunConfig, weights: list[float] | None, tokenizer=None) -> tuple[list, list[float]]:
     """Return the reward functions and their weights; the task's accuracy is always logged, with weight 0.
 
     With a tokenizer, a completion that did not end on its end-of-sequence token earns no reward.
     """
-    task, names = get_task(run.task), run.reward_names()
+    names = run.reward_names(task)
     unknown = [name for name in names if name not in task.rewards]
     if unknown:
         raise ValueError(f"unknown {task.name} reward(s) {', '.join(unknown)}; choose from {', '.join(task.rewards)}")
@@ -142,10 +143,11 @@ def peft_config(run: RunConfig):
 
 @dataclass(frozen=True)
 class Training:
-    """A ready trainer with what `lopti train` evaluates it on: the held-out rows, and the folder (or embedded
-    model's name) the weights before training come from."""
+    """A ready trainer with what `lopti train` evaluates it on: its task, the held-out rows, and the folder (or
+    embedded model's name) the weights before training come from."""
 
     trainer: LoptiGRPOTrainer
+    task: Task
     eval_rows: Dataset
     model_path: str
 
@@ -155,12 +157,12 @@ def trainer_class(args: LoptiGRPOConfig) -> type[LoptiGRPOTrainer]:
     return CpuLoptiGRPOTrainer if args.cpu_fast_path and args.device.type == "cpu" else LoptiGRPOTrainer
 
 
-def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
+def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
     """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
-    task_rewards(run, weights)  # check names and weights before anything is loaded
+    task_rewards(task, run, weights)  # check names and weights before anything is loaded
     args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
-    train, evaluation = task_datasets(run)
+    train, evaluation = task_datasets(task, run)
     model_path = resolve_model(run.model)  # may build an embedded model: only after every cheap check
     run_dir = Path(args.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,7 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
         budgets["eval_max_new_tokens"] = run.eval_max_new_tokens
     prompts = [*train["prompt"], *(evaluation["prompt"] if run.evaluate else [])]
     check_lengths(run.model, model_path, tokenizer, prompts, budgets)
-    funcs, args.reward_weights = task_rewards(run, weights, tokenizer)
+    funcs, args.reward_weights = task_rewards(task, run, weights, tokenizer)
     trainer = trainer_class(args)(
         model=load_model(model_path),
         reward_funcs=funcs,
@@ -179,10 +181,10 @@ def build_trainer(run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
         eval_dataset=evaluation if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config(run),
-        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run)],
+        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run, task)],
     )
-    use_lopti_console(trainer, "RL", rl_columns(get_task(run.task), args.probability_buckets))
-    return Training(trainer, evaluation, model_path)
+    use_lopti_console(trainer, "RL", rl_columns(task, args.probability_buckets))
+    return Training(trainer, task, evaluation, model_path)
 
 
 def held_out_eval(
@@ -195,8 +197,7 @@ def held_out_eval(
     With a `cache_key` (`eval_cache.evaluation_key`), an evaluation already made under it is reused.
     """
     started = time.time()
-    trainer, rows = training.trainer, list(training.eval_rows)
-    task = get_task(run.task)
+    trainer, task, rows = training.trainer, training.task, list(training.eval_rows)
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
         max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
@@ -292,11 +293,16 @@ def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, An
     run_dir = Path(trainer_kwargs["output_dir"])
     main_process = int(os.environ.get("RANK", "0")) == 0
     with folder_lock(run_dir) if main_process else contextlib.nullcontext():
-        return _train_locked(run_dir, run, trainer_kwargs, settings, main_process)
+        return _train_locked(run_dir, get_task(run.task), run, trainer_kwargs, settings, main_process)
 
 
 def _train_locked(
-    run_dir: Path, run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any], main_process: bool
+    run_dir: Path,
+    task: Task,
+    run: RunConfig,
+    trainer_kwargs: dict[str, Any],
+    settings: dict[str, Any],
+    main_process: bool,
 ) -> Path:
     checkpoint = resume_point(run_dir, settings, int(trainer_kwargs.get("max_steps", -1))) if run.resume else None
     if not run.resume and (last_complete_checkpoint(run_dir) is not None or (run_dir / "run.json").exists()):
@@ -315,7 +321,7 @@ def _train_locked(
                 outputs = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
                 precision = precision_words(args.bf16, args.device.type == "cpu")
                 write_report(run_dir, *outputs, seconds, method_line(args), precision)
-            write_model_card(run_dir, run, args)
+            write_model_card(run_dir, run, task, args)
         print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
         return run_dir
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
@@ -324,7 +330,7 @@ def _train_locked(
     elif main_process:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # left by a run killed before its first checkpoint
     started = time.time()
-    training = build_trainer(run, dict(trainer_kwargs))
+    training = build_trainer(task, run, dict(trainer_kwargs))
     trainer = training.trainer
     seconds["setup"] = time.time() - started
     end_group = end_wait_group(trainer)
@@ -363,6 +369,6 @@ def _train_locked(
             precision = precision_words(trainer.args.bf16, trainer.accelerator.device.type == "cpu")
             write_report(run_dir, before, after, seconds, method_line(trainer.args), precision)
     if main_process:
-        write_model_card(run_dir, run, trainer.args)
+        write_model_card(run_dir, run, task, trainer.args)
     end_together(trainer, end_group)
     return run_dir

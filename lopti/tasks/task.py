@@ -9,7 +9,7 @@ command and a default `lopti train` recipe. Nothing outside lopti/tasks names a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -75,8 +75,18 @@ class Task:
     describe_data: Callable[[TaskData], str]  # the data in a few words, for the model card
     data_settings: type | None = None  # `lopti data NAME`'s dataclass: its fields are the flags, `.write()` -> paths
     recipe: str | None = None  # `lopti train --task NAME`'s recipe, a file in lopti/configs; None: field defaults
+    # the TaskData keys `rows` reads besides task and template; a setting given for one it does not read is refused
+    # (a K&K `people` on a math run would otherwise change nothing, silently). None: it may read every key
+    data_keys: tuple[str, ...] | None = None
 
     def accuracy_metric(self) -> str:
         """Return the metrics.jsonl key of the accuracy reward's batch mean (TRL logs a reward under its
         function's name)."""
         return f"rewards/{self.make_reward(self.accuracy_reward).__name__}/mean"
+
+    def unread_keys(self, keys: Iterable[str]) -> list[str]:
+        """Return those of `keys` that are TaskData settings this task's data does not read."""
+        if self.data_keys is None:
+            return []
+        read = {"task", "template", *self.data_keys}
+        return [key for key in keys if key in TaskData.__dataclass_fields__ and key not in read]

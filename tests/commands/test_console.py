@@ -119,7 +119,7 @@ def test_the_model_card_names_base_model_method_settings_held_out_table_and_how_
     run = RunConfig(model="org/base-model", people="3-4", rewards=["partial"], template="terse", train_puzzles=2000)
     (tmp_path / "eval_before.json").write_text(json.dumps(fake_eval_result({"3": [True] + [False] * 9})))
     (tmp_path / "eval_after.json").write_text(json.dumps(fake_eval_result({"3": [True] * 3 + [False] * 7})))
-    card = write_model_card(tmp_path, run, recipe_args).read_text()
+    card = write_model_card(tmp_path, run, get_task(run.task), recipe_args).read_text()
     assert "base_model: org/base-model" in card.split("---")[1]  # the hub's metadata block
     assert "| method | GRPO + AR (α = 0.3) + Lopti (η = 0.5, low-probability tokens first) |" in card
     assert "| learning rate | 0.0001 (constant schedule) |" in card
@@ -133,7 +133,8 @@ def test_the_model_card_names_base_model_method_settings_held_out_table_and_how_
 
 def test_a_card_without_evaluation_or_ar_says_so(tmp_path):
     args = LoptiGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], num_generations=8)
-    card = write_model_card(tmp_path, RunConfig(model="tiny"), args).read_text()
+    run = RunConfig(model="tiny")
+    card = write_model_card(tmp_path, run, get_task(run.task), args).read_text()
     assert "base_model" not in card  # an embedded model is not on the hub
     assert "| method | GRPO |" in card and "| Lopti | off |" in card
     assert "Held-out" not in card
@@ -165,7 +166,7 @@ def hash_reward(completions, completion_ids, **kwargs):
 
 
 def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights, tokenizer=None: ([hash_reward], [1.0]))
+    monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0]))
     settings = dict(
         model=str(tiny_model_dir), template="compact", people="3", train_puzzles=16, eval_puzzles=2,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
@@ -174,7 +175,7 @@ def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir
         disable_tqdm=True, output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     run, trainer_kwargs = split(settings)
-    trainer = run_module.build_trainer(run, dict(trainer_kwargs)).trainer
+    trainer = run_module.build_trainer(get_task(run.task), run, dict(trainer_kwargs)).trainer
     assert isinstance(trainer, CpuLoptiGRPOTrainer)  # on the CPU, lopti train takes the fast path
     kinds = {type(c) for c in trainer.callback_handler.callbacks}
     assert ConsoleCallback in kinds and not kinds & {ProgressCallback, PrinterCallback}

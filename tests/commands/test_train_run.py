@@ -25,7 +25,7 @@ def hash_reward(completions, completion_ids, **kwargs):
 
 @pytest.fixture
 def settings(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights, tokenizer=None: ([hash_reward], [1.0]))
+    monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0]))
     return dict(
         model=str(tiny_model_dir), template="compact", people="3", train_puzzles=32, eval_puzzles=4,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=16, max_steps=4,
@@ -50,8 +50,8 @@ def train_killed_at_step_3(settings, monkeypatch):
     """Train until a kill after step 3, which leaves checkpoint-2 as the last one."""
     build = run_module.build_trainer
 
-    def build_with_kill(run, kwargs):
-        training = build(run, kwargs)
+    def build_with_kill(task, run, kwargs):
+        training = build(task, run, kwargs)
         training.trainer.add_callback(Kill())
         return training
 

@@ -141,7 +141,7 @@ def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatc
 
 @pytest.fixture
 def recipe(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "task_rewards", lambda run, weights, tokenizer=None: ([hash_reward], [1.0]))
+    monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0]))
     settings = dict(
         model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=16, eval_puzzles=2,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=4,

@@ -30,7 +30,7 @@ DRIVER = """
         return [sum((k + 1) * i for k, i in enumerate(ids)) % 97 / 97 for ids in completion_ids]
 
 
-    train_run.task_rewards = lambda run, weights, tokenizer=None: ([hash_reward], [1.0])
+    train_run.task_rewards = lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0])
     if __name__ == "__main__":
         from lopti.cli import main
 

@@ -23,7 +23,7 @@ def train_with_hash_reward(settings):
     from lopti.experiments import study
 
     task_rewards = run_module.task_rewards
-    run_module.task_rewards = lambda run, weights, tokenizer=None: ([hash_reward], [1.0])
+    run_module.task_rewards = lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0])
     try:
         study.train_settings(settings)
     finally:

@@ -36,10 +36,10 @@ def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_pa
 
 
 def test_math_rewards_log_accuracy_and_reject_kk_names():
-    funcs, weights = task_rewards(RunConfig(task="math", rewards=["math_format"]), None)
+    funcs, weights = task_rewards(get_task("math"), RunConfig(task="math", rewards=["math_format"]), None)
     assert [f.__name__ for f in funcs] == ["math_format", "math"] and weights == [1.0, 0.0]
     with pytest.raises(ValueError, match=r"unknown math reward\(s\) partial; choose from math, math_format"):
-        task_rewards(RunConfig(task="math", rewards=["partial"]), None)
+        task_rewards(get_task("math"), RunConfig(task="math", rewards=["partial"]), None)
 
 
 def test_the_task_s_own_template_is_the_default():

@@ -84,4 +84,5 @@ KK = Task(
     describe_data=describe_kk,
     data_settings=KKData,
     recipe="kk-tiny-cpu.yaml",
+    data_keys=("people", "eval_people", "train_puzzles", "eval_puzzles", "data_seed", "fixed_names"),
 )

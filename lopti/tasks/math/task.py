@@ -78,4 +78,5 @@ MATH = Task(
     describe_data=describe_math,
     data_settings=MathData,
     recipe="math-smollm2-ar-cpu.yaml",
+    data_keys=("levels", "train_file", "eval_file", "train_puzzles", "eval_puzzles", "data_seed"),
 )
