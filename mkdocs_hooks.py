@@ -55,15 +55,20 @@ def settings_tables(command: str, seen: set[str]) -> str:
             title = f"{cls.__name__} ({cls.__module__.split('.')[0]})"
             if not title.endswith("(lopti)"):
                 names = ", ".join(f"`{item.name}`" for item in declared[:6])
-                lines += [f"**{title}**: {len(declared)} more settings ({names}, …); `lopti {command} --help` "
-                          "lists each with its help and default.", ""]
+                lines += [
+                    f"**{title}**: {len(declared)} more settings ({names}, …); `lopti {command} --help` "
+                    "lists each with its help and default.",
+                    "",
+                ]
                 continue
             summary = (cls.__doc__ or "").strip().split("\n")[0]
             lines += [f"**{title}** — {summary}", "", "| key | value | default | what it does |", "|---|---|---|---|"]
             for item in declared:
                 default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
-                lines.append(f"| `{item.name}` | `{_cell(item.type)}` | {_shown(default)} | "
-                             f"{_cell(item.metadata.get('help', ''))} |")
+                lines.append(
+                    f"| `{item.name}` | `{_cell(item.type)}` | {_shown(default)} | "
+                    f"{_cell(item.metadata.get('help', ''))} |"
+                )
             lines.append("")
     return "\n".join(lines) or "No settings beyond those listed above."
 
@@ -80,8 +85,15 @@ def on_files(files: Files, config) -> Files:
     for path in sorted(RECORDS.rglob("*")):
         if path.is_file():  # at results/... in the site, read from results/... in the repository
             uri = path.relative_to(ROOT).as_posix()
-            files.append(Record(uri, str(ROOT), config["site_dir"], config["use_directory_urls"],
-                                inclusion=InclusionLevel.NOT_IN_NAV))
+            files.append(
+                Record(
+                    uri,
+                    str(ROOT),
+                    config["site_dir"],
+                    config["use_directory_urls"],
+                    inclusion=InclusionLevel.NOT_IN_NAV,
+                )
+            )
     return files
 
 
