@@ -69,12 +69,16 @@ def _train(args: argparse.Namespace) -> None:
 def _from_config(args: argparse.Namespace, schema: type) -> Any:
     """Return the settings of `schema` from its defaults, then --config (a recipe or run config.yaml), then flags."""
     from lopti.commands.command_line import make_settings
+    from lopti.tasks.registry import get_task
 
     if not args.config:
-        return make_settings(schema, args.settings)
-    from lopti.commands.settings import from_run_config  # imports TRL: only when there is a run config to read
+        config = make_settings(schema, args.settings)
+    else:
+        from lopti.commands.settings import from_run_config  # imports TRL: only when there is a run config to read
 
-    return make_settings(schema, args.settings, from_run_config(args.config, schema))
+        config = make_settings(schema, args.settings, from_run_config(args.config, schema))
+    get_task(config.task).check_keys(dict.fromkeys(args.settings, "command line"))
+    return config
 
 
 def _eval(args: argparse.Namespace) -> None:

@@ -81,6 +81,7 @@ OTHERS = [
     (["eval", "--model", "tiny", "--backend", "gpu"], "backend must be one of 'auto', 'hf', got 'gpu'"),
     (["eval", "--model", "tiny", "--config", "TMP/typo.yaml"], "TMP/typo.yaml: unknown key(s) 'peple'"),
     (["eval", "--model", "tiny", "--out", "FILE"], "--out FILE is a file, not a folder"),
+    (["eval", "--model", "tiny", "--task", "math", "--people", "3"], "people is a data setting the math task does"),
     (["eval", "--model", "tiny", "--out", "TMP/evaluated"], "TMP/evaluated/settings.json is empty or damaged"),
     (["data", "kk", "--out", "FILE"], "--out FILE is a file, not a folder"),
     (["data", "kk", "--out", "RO"], "--out RO: cannot write in RO"),

@@ -87,12 +87,7 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
     check_keys(overrides, train_keys(), "command line")
     settings.update(overrides | check_run_values(overrides, "command line"))
     sources |= dict.fromkeys(overrides, "command line")
-    task = get_task(settings.get("task", RunConfig.task))
-    if unread := task.unread_keys(sources):
-        raise UserError(
-            f"{sources[unread[0]]}: {unread[0]} is a data setting the {task.name} task does not read; its own are "
-            f"{', '.join(task.data_keys)}"
-        )
+    get_task(settings.get("task", RunConfig.task)).check_keys(sources)
     return settings
 
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from lopti.errors import UserError
+
 # the help of a `lopti data` command's seed
 SEED_HELP = "Seed of the generated data (a number or a word); the same seed and settings give identical files."
 
@@ -90,3 +92,12 @@ class Task:
             return []
         read = {"task", "template", *self.data_keys}
         return [key for key in keys if key in TaskData.__dataclass_fields__ and key not in read]
+
+    def check_keys(self, sources: dict[str, str]) -> None:
+        """Refuse, in one line naming its source, a given setting (key -> file or "command line") this task's
+        data does not read: it would change nothing."""
+        if unread := self.unread_keys(sources):
+            raise UserError(
+                f"{sources[unread[0]]}: {unread[0]} is a data setting the {self.name} task does not read; its own "
+                f"are {', '.join(self.data_keys)}"
+            )
