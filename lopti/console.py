@@ -15,15 +15,11 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from lopti.core.buckets import bucket_labels
-
-if TYPE_CHECKING:
-    from lopti.tasks.registry import Task
 
 # Libraries whose FutureWarning / DeprecationWarning speak to their own callers (TRL, transformers, lopti),
 # never to the person running `lopti`.
@@ -46,16 +42,17 @@ class Column:
 SFT_COLUMNS = (Column("loss", "loss"), Column("token accuracy", "mean_token_accuracy", percent=True))
 
 
-def rl_columns(task: Task, probability_buckets: list[float]) -> tuple[Column, ...]:
+def rl_columns(accuracy_key: str, probability_buckets: list[float]) -> tuple[Column, ...]:
     """Return the RL line's columns: reward, the task's accuracy, the lowest bucket's gradient share, KL.
 
-    The accuracy is the task's accuracy reward, which `lopti train` always logs (with weight 0 when it
-    is not trained on); KL is only logged when beta > 0, and a column missing from a log is left out.
+    The accuracy is the task's accuracy reward (its metrics key, `Task.accuracy_metric()`), which `lopti train`
+    always logs (with weight 0 when it is not trained on); KL is only logged when beta > 0, and a column missing
+    from a log is left out.
     """
     lowest = bucket_labels(probability_buckets)[0]
     return (
         Column("reward", "reward", ".3f"),
-        Column("accuracy", task.accuracy_metric(), percent=True),
+        Column("accuracy", accuracy_key, percent=True),
         Column(f"grad π<{probability_buckets[1]:g}", f"probs/grad_share_{lowest}", percent=True),
         Column("kl", "kl", ".3g"),
     )

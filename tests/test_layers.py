@@ -28,7 +28,7 @@ ALLOWED = {
     | LEAVES,
     "errors": set(),
     "bounded": {"errors"},
-    "console": {"core", "tasks"},
+    "console": {"core"},
 }
 
 

@@ -64,7 +64,7 @@ def is_hub_id(model: str) -> bool:
 def task_words(run: RunConfig, task: Task) -> str:
     """Return the task and its data in one line."""
     data = task.describe_data(run)
-    return f"{run.task} ({data}; template `{run.prompt_template()}`; rewards {', '.join(run.reward_names(task))})"
+    return f"{run.task} ({data}; template `{task.prompt_template(run)}`; rewards {', '.join(run.reward_names(task))})"
 
 
 def settings_table(run: RunConfig, task: Task, args: LoptiGRPOConfig) -> str:
@@ -141,7 +141,7 @@ def model_card(
         f'model = {model_class}.from_pretrained("{final}")',
         "```",
         "",
-        f"Prompts take the task's `{run.prompt_template()}` template, as in training. To measure the model again:",
+        f"Prompts take the task's `{task.prompt_template(run)}` template, as in training. To measure the model again:",
         f"`lopti eval --model {final} --config {run_dir / 'config.yaml'}`.",
         "",
     ]

@@ -183,7 +183,7 @@ def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) ->
         peft_config=peft_config(run),
         callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run, task)],
     )
-    use_lopti_console(trainer, "RL", rl_columns(task, args.probability_buckets))
+    use_lopti_console(trainer, "RL", rl_columns(task.accuracy_metric(), args.probability_buckets))
     return Training(trainer, task, evaluation, model_path)
 
 

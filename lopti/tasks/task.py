@@ -46,12 +46,6 @@ class TaskData:
     # `data_settings` class takes those of the TaskData keys it has by naming this table
     BOUNDS: ClassVar[dict[str, dict[str, int]]] = {"train_puzzles": {"min": 1}, "eval_puzzles": {"min": 0}}
 
-    def prompt_template(self) -> str:
-        """Return the template the prompts take: `template`, or the task's default one."""
-        from lopti.tasks.registry import get_task  # the registry imports every task, and each task this module
-
-        return self.template or get_task(self.task).default_template
-
 
 def task_data_field(name: str, **changes):
     """Return a dataclass field like TaskData's `name` (its default and help) unless `changes` say otherwise:
@@ -85,6 +79,10 @@ class Task:
         """Return the metrics.jsonl key of the accuracy reward's batch mean (TRL logs a reward under its
         function's name)."""
         return f"rewards/{self.make_reward(self.accuracy_reward).__name__}/mean"
+
+    def prompt_template(self, data: TaskData) -> str:
+        """Return the template `data`'s prompts take: its `template`, or this task's default one."""
+        return data.template or self.default_template
 
     def unread_keys(self, keys: Iterable[str]) -> list[str]:
         """Return those of `keys` that are TaskData settings this task's data does not read."""

@@ -35,7 +35,7 @@ RL_LOG = {
 
 
 def test_the_compact_line_shows_reward_accuracy_low_probability_gradient_share_kl_and_time():
-    columns = rl_columns(get_task("kk"), QUARTILES)
+    columns = rl_columns(get_task("kk").accuracy_metric(), QUARTILES)
     line = compact_line(RL_LOG, 7, 80, columns, 4.06)
     assert line == "step  7/80 · reward 0.523 · accuracy 12.5% · grad π<0.25 61.2% · kl 0.00123 · 4.1 s/step"
 
@@ -43,19 +43,19 @@ def test_the_compact_line_shows_reward_accuracy_low_probability_gradient_share_k
 def test_a_log_without_some_columns_leaves_them_out():
     # Lopti's second pass generates nothing: no reward, no accuracy; the first log has no timing yet
     phase_two = {k: v for k, v in RL_LOG.items() if not k.startswith("reward") and k != "kl"}
-    line = compact_line(phase_two, 2, 80, rl_columns(get_task("kk"), QUARTILES), None)
+    line = compact_line(phase_two, 2, 80, rl_columns(get_task("kk").accuracy_metric(), QUARTILES), None)
     assert line == "step  2/80 · grad π<0.25 61.2%"
 
 
 def test_math_accuracy_and_other_bucket_edges_name_their_own_keys():
-    columns = rl_columns(get_task("math"), [0.0, 0.1, 1.0])
+    columns = rl_columns(get_task("math").accuracy_metric(), [0.0, 0.1, 1.0])
     logs = {"reward": 1.0, "rewards/math/mean": 0.75, "probs/grad_share_[0.00,0.10)": 0.5}
     assert compact_line(logs, 3, 3, columns, None) == "step 3/3 · reward 1.000 · accuracy 75.0% · grad π<0.1 50.0%"
 
 
 def test_evaluation_logs_read_the_same_columns():
     logs = {"eval_reward": 0.25, "eval_rewards/kk_accuracy/mean": 0.5}
-    assert compact_line(logs, 4, 10, rl_columns(get_task("kk"), QUARTILES), None) == (
+    assert compact_line(logs, 4, 10, rl_columns(get_task("kk").accuracy_metric(), QUARTILES), None) == (
         "eval step  4/10 · reward 0.250 · accuracy 50.0%"
     )
 

@@ -45,7 +45,8 @@ def test_math_rewards_log_accuracy_and_reject_kk_names():
 def test_the_task_s_own_template_is_the_default():
     held_out = get_task("math").rows(RunConfig(task="math", train_puzzles=1, eval_puzzles=1))[1]
     assert held_out[0]["prompt"][0]["role"] == "user"  # chat messages: math's `chat` template, not kk's
-    assert RunConfig(task="math").prompt_template() == "chat" and RunConfig().prompt_template() == "chatml-think"
+    assert get_task("math").prompt_template(RunConfig(task="math")) == "chat"
+    assert get_task("kk").prompt_template(RunConfig(task="kk")) == "chatml-think"
 
 
 def test_data_math_cli_writes_loadable_identical_files(tmp_path, capsys):
