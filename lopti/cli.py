@@ -46,7 +46,7 @@ def default_recipe(task_name: str | None = None) -> Path | None:
 
 def _train(args: argparse.Namespace) -> None:
     from lopti.commands.resume import resumed_settings
-    from lopti.commands.settings import resolve, split
+    from lopti.commands.settings import resolve
     from lopti.commands.train_run import train
     from lopti.train.precision import with_cpu_precision
 
@@ -59,9 +59,7 @@ def _train(args: argparse.Namespace) -> None:
     name = config.stem if config else settings.get("task", "run")
     settings.setdefault("output_dir", str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"))
     args.folder = settings["output_dir"]
-    settings = with_cpu_precision(settings)
-    run, trainer_kwargs = split(settings)
-    run_dir = train(run, trainer_kwargs, settings)
+    run_dir = train(with_cpu_precision(settings))
     if os.environ.get("RANK", "0") == "0":
         print(f"run folder: {run_dir}")
 

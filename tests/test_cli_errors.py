@@ -180,9 +180,9 @@ def test_checking_the_output_folder_leaves_nothing_behind(workspace, tmp_path):
 def fake_train(files: list[str], failure: BaseException):
     """Return a stand-in for lopti.commands.train_run.train that writes `files` in the run folder, then fails."""
 
-    def train(run, trainer_kwargs, settings):
+    def train(settings):
         for order, name in enumerate(files, start=1):
-            path = Path(trainer_kwargs["output_dir"]) / name
+            path = Path(settings["output_dir"]) / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"global_step": 2}))
             os.utime(path, (time.time() + order, time.time() + order))  # written one after the other
@@ -220,9 +220,9 @@ def test_ctrl_c_in_a_distributed_launch_is_reported_by_rank_0_only(workspace, tm
 def test_sigterm_ends_a_run_with_the_line_that_continues_it(workspace, tmp_path, monkeypatch, capsys):
     from lopti.commands import train_run as run_module
 
-    def train(run, trainer_kwargs, settings):
-        (Path(trainer_kwargs["output_dir"]) / "checkpoint-2").mkdir(parents=True)
-        (Path(trainer_kwargs["output_dir"]) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    def train(settings):
+        (Path(settings["output_dir"]) / "checkpoint-2").mkdir(parents=True)
+        (Path(settings["output_dir"]) / "checkpoint-2" / "trainer_state.json").write_text("{}")
         os.kill(os.getpid(), signal.SIGTERM)  # what `kill`, a scheduler's cancel or a launcher sends
         time.sleep(5)  # the handler raises before this returns
         raise AssertionError("SIGTERM did not end the run")

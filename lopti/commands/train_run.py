@@ -33,7 +33,7 @@ from lopti.commands.lengths import check_lengths
 from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
 from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
-from lopti.commands.settings import RunConfig
+from lopti.commands.settings import RunConfig, split
 from lopti.console import rl_columns, use_lopti_console
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
@@ -288,8 +288,10 @@ def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Pat
     return checkpoint
 
 
-def train(run: RunConfig, trainer_kwargs: dict[str, Any], settings: dict[str, Any]) -> Path:
-    """Train, and return the run folder; with run.resume, finish an interrupted or finished run (see above)."""
+def train(settings: dict[str, Any]) -> Path:
+    """Train the run `settings` describe (a recipe's, then flags', with output_dir and bf16 decided), and return
+    its folder; with resume, finish an interrupted or finished run (see above)."""
+    run, trainer_kwargs = split(settings)  # every value checked before anything else
     run_dir = Path(trainer_kwargs["output_dir"])
     main_process = int(os.environ.get("RANK", "0")) == 0
     with folder_lock(run_dir) if main_process else contextlib.nullcontext():

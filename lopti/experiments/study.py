@@ -108,9 +108,7 @@ def train_settings(settings: dict[str, Any]) -> None:
     from lopti.commands.train_run import train
     from lopti.train.precision import with_cpu_precision
 
-    settings = with_cpu_precision(settings)
-    run, trainer_kwargs = split(settings)
-    train(run, trainer_kwargs, settings)
+    train(with_cpu_precision(settings))
 
 
 def plan_runs(

@@ -186,7 +186,7 @@ def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir
     assert "| method | GRPO + AR (α = 0.3)" in (tmp_path / "run" / "README.md").read_text()
     capsys.readouterr()
 
-    run_dir = run_module.train(run, trainer_kwargs, settings)
+    run_dir = run_module.train(settings)
     out = capsys.readouterr().out
     assert "{" not in out
     logs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

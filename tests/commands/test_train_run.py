@@ -14,7 +14,6 @@ from lopti.cli import main
 from lopti.commands import train_run as run_module
 from lopti.commands.callbacks import drop_metrics_after
 from lopti.commands.checkpoints import last_complete_checkpoint
-from lopti.commands.settings import split
 from lopti.train.trainer import untied_missing_keys
 
 
@@ -36,8 +35,7 @@ def settings(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def train(settings):
-    run, trainer_kwargs = split(settings)
-    return run_module.train(run, trainer_kwargs, settings)
+    return run_module.train(settings)
 
 
 class Kill(TrainerCallback):
