@@ -18,7 +18,7 @@ DEFAULT_TEMPLATE = "chatml-think"
 
 def kk_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
     """Return the (train, held-out) rows of the run's generated puzzles, prompts in the trainer's format."""
-    template = run.template or DEFAULT_TEMPLATE
+    template = KK.prompt_template(run)
     records = kk_records(
         people=run.people,
         train=run.train_puzzles,

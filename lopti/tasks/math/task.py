@@ -16,7 +16,7 @@ DEFAULT_TEMPLATE = "chat"
 
 def math_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
     """Return the (train, held-out) rows: the files' problems, or generated ones, prompts in the trainer's format."""
-    template = run.template or DEFAULT_TEMPLATE
+    template = MATH.prompt_template(run)
     if run.train_file or run.eval_file:
         if not (run.train_file and run.eval_file):
             raise ValueError("task math: give both train_file and eval_file, or neither (generated problems)")
