@@ -1,9 +1,26 @@
 """Fixtures for trainer tests: K&K prompts, and tiny models of other families (MoE, hybrid, gpt-oss, vision)."""
 
+import socket
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from lopti.tasks.kk.data import kk_dataset
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], str]:
+    """Return a function that names a TCP port nothing listens on now. Every two-process launch takes its own:
+    accelerate's default (29500) may still be held by a killed launch's store while it exits, or by another
+    test's process group."""
+
+    def port() -> str:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return str(probe.getsockname()[1])
+
+    return port
 
 
 @pytest.fixture(scope="session")

@@ -10,15 +10,16 @@ import sys
 
 import pytest
 
-# One two-process launch at a time under pytest-xdist: accelerate gives every launch the same port.
+# One two-process launch at a time under pytest-xdist: each uses both cores.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 
 
-def test_two_process_cpu_launch(tiny_model_dir, tmp_path):
+def test_two_process_cpu_launch(tiny_model_dir, tmp_path, free_port):
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "lopti.cli", "train",
+        "--num_machines", "1", "--main_process_port", free_port(), "--mixed_precision", "no", "--dynamo_backend",
+        "no", "-m", "lopti.cli", "train",
         "--task", "kk", "--model", str(tiny_model_dir), "--people", "3", "--train_puzzles", "32", "--eval_puzzles", "4",
         "--template", "compact", "--per_device_train_batch_size", "4", "--num_generations", "4",
         "--max_completion_length", "12", "--max_steps", "4", "--save_steps", "2", "--report_to", "[]",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-# One two-process launch at a time under pytest-xdist: accelerate gives every launch the same port.
+# One two-process launch at a time under pytest-xdist: each uses both cores.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 
 # The embedded warm start at small sizes: 48 answer tokens let its immediate answers finish, so rewards differ
@@ -28,12 +28,13 @@ SETTINGS = {
 LOPTI_LINES = ("stopped:", "error:", "interrupted", "ended by SIGTERM")
 
 
-def launch(out: Path, logs: Path, resume: bool = False) -> subprocess.Popen:
-    """Start a two-process `lopti train` into `out` (with `resume`, its continuation) in a session of its own."""
+def launch(out: Path, logs: Path, port: str, resume: bool = False) -> subprocess.Popen:
+    """Start a two-process `lopti train` into `out` (with `resume`, its continuation) in a session of its own,
+    its processes meeting at `port`."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--log_dir", str(logs),
-        "--tee", "3", "-m", "lopti.cli", "train", "--task", "kk", "--output_dir", str(out),
+        "--num_machines", "1", "--main_process_port", port, "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--log_dir", str(logs), "--tee", "3", "-m", "lopti.cli", "train", "--task", "kk", "--output_dir", str(out),
     ]  # fmt: skip
     command += ["--resume"] if resume else [word for key, value in SETTINGS.items() for word in (f"--{key}", value)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -78,10 +79,10 @@ def train_rows(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
+def uninterrupted(tmp_path_factory, free_port) -> Path:
     """Return the folder of the two-process run trained start to end."""
     folder = tmp_path_factory.mktemp("uninterrupted")
-    launcher = launch(folder / "run", folder / "logs")
+    launcher = launch(folder / "run", folder / "logs", free_port())
     _, stderr = launcher.communicate(timeout=600)
     assert launcher.returncode == 0, stderr[-3000:]
     rows = train_rows(folder / "run")
@@ -92,10 +93,10 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("killed", [0, 1])
 def test_a_killed_process_stops_the_other_with_one_line_and_the_run_resumes_to_the_same_weights(
-    uninterrupted, tmp_path, killed
+    uninterrupted, tmp_path, free_port, killed
 ):
     out, logs = tmp_path / "run", tmp_path / "logs"
-    launcher = launch(out, logs)
+    launcher = launch(out, logs, free_port())
     wait_for_step(launcher, out, 6)
     os.kill(rank_pids(launcher)[killed], signal.SIGKILL)
     killed_at = time.monotonic()
@@ -109,7 +110,7 @@ def test_a_killed_process_stops_the_other_with_one_line_and_the_run_resumes_to_t
     assert line.endswith(continuation) and line.startswith(("stopped: another process", "ended by SIGTERM")), line
     assert lopti_lines(stderr_of(logs, killed)) == []  # SIGKILL: the dead process wrote nothing
 
-    resumed = launch(out, tmp_path / "logs-resumed", resume=True)
+    resumed = launch(out, tmp_path / "logs-resumed", free_port(), resume=True)
     _, stderr = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, stderr[-3000:]
     weights = (out / "final" / "model.safetensors").read_bytes()
@@ -117,9 +118,9 @@ def test_a_killed_process_stops_the_other_with_one_line_and_the_run_resumes_to_t
     assert [row["step"] for row in train_rows(out)] == list(range(1, 13))
 
 
-def test_ctrl_c_stops_both_processes_and_rank_0_alone_says_how_to_continue(tmp_path):
+def test_ctrl_c_stops_both_processes_and_rank_0_alone_says_how_to_continue(tmp_path, free_port):
     out, logs = tmp_path / "run", tmp_path / "logs"
-    launcher = launch(out, logs)
+    launcher = launch(out, logs, free_port())
     wait_for_step(launcher, out, 6)
     os.killpg(launcher.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     launcher.communicate(timeout=120)

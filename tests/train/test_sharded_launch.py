@@ -24,7 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-# One two-process launch at a time under pytest-xdist: accelerate gives every launch the same port.
+# One two-process launch at a time under pytest-xdist: each uses both cores.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,14 +35,16 @@ SETTINGS = {
 }  # fmt: skip
 
 
-def lopti_train(out: Path, processes: int, arguments: list[str], config: str = "fsdp.yaml", *launch: str) -> None:
+def lopti_train(
+    out: Path, processes: int, arguments: list[str], config: str = "fsdp.yaml", *launch: str, port: str = ""
+) -> None:
     """Run `lopti train --output_dir out ...` through fsdp_on_cpu.py: with `processes` = 2 under accelerate's
-    `config` (FSDP2 by default) and `launch` options, as a plain process with 1; lopti is imported from this
-    checkout."""
+    `config` (FSDP2 by default) and `launch` options, the processes meeting at `port`; as a plain process with 1;
+    lopti is imported from this checkout."""
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
         str(ROOT / "lopti/configs/accelerate" / config), *launch, "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", port, "--mixed_precision", "no", "--dynamo_backend", "no",
     ]  # fmt: skip
     command = [*(launcher if processes == 2 else [sys.executable]), str(SCRIPT), "train", "--output_dir", str(out)]
     env = {
@@ -75,11 +77,11 @@ SHARDED_STATE_DICT = ("--fsdp_state_dict_type", "SHARDED_STATE_DICT")
 
 
 @pytest.fixture(scope="module")
-def sharded_run(tmp_path_factory) -> Path:
+def sharded_run(tmp_path_factory, free_port) -> Path:
     """Return the folder of a two-process FSDP2 run trained start to end (4 steps, checkpoints at 2 and 4, sharded
     state dicts)."""
     out = tmp_path_factory.mktemp("fsdp") / "run"
-    lopti_train(out, 2, settings(**EVALUATED), "fsdp.yaml", *SHARDED_STATE_DICT)
+    lopti_train(out, 2, settings(**EVALUATED), "fsdp.yaml", *SHARDED_STATE_DICT, port=free_port())
     assert (out / "eval_after.json").is_file()  # every process evaluates the sharded model, the first one writes
     assert json.loads((out / "run.json").read_text()) == {**json.loads((out / "run.json").read_text()),
                                                           "processes": 2, "sharding": "FSDP2"}  # fmt: skip
@@ -87,7 +89,7 @@ def sharded_run(tmp_path_factory) -> Path:
     return out
 
 
-def resumes_byte_equal(finished: Path, out: Path, config: str, *launch: str) -> None:
+def resumes_byte_equal(finished: Path, out: Path, port: str, config: str, *launch: str) -> None:
     """Resume a copy of `finished` as a kill after step 3 leaves it (its settings and first evaluation,
     checkpoint-2, three rows logged) into `out` under `config`; check that it ends with `finished`'s weights and
     training rows."""
@@ -97,21 +99,21 @@ def resumes_byte_equal(finished: Path, out: Path, config: str, *launch: str) -> 
     shutil.copytree(finished / "checkpoint-2", out / "checkpoint-2")
     rows = (finished / "metrics.jsonl").read_text().splitlines(keepends=True)
     (out / "metrics.jsonl").write_text("".join(rows[:3]))
-    lopti_train(out, 2, ["--resume"], config, *launch)
+    lopti_train(out, 2, ["--resume"], config, *launch, port=port)
     assert (out / "final/model.safetensors").read_bytes() == (finished / "final/model.safetensors").read_bytes()
     assert train_rows(out) == train_rows(finished)
 
 
-def test_a_sharded_run_resumed_from_its_checkpoint_ends_byte_equal(sharded_run, tmp_path):
+def test_a_sharded_run_resumed_from_its_checkpoint_ends_byte_equal(sharded_run, tmp_path, free_port):
     checkpoint = sharded_run / "checkpoint-2"
     assert {"pytorch_model_fsdp_0", "optimizer_0", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
-    resumes_byte_equal(sharded_run, tmp_path / "run", "fsdp.yaml", *SHARDED_STATE_DICT)
+    resumes_byte_equal(sharded_run, tmp_path / "run", free_port(), "fsdp.yaml", *SHARDED_STATE_DICT)
 
 
-def test_zero3_trains_as_fsdp2_does_and_resumes_byte_equal(sharded_run, tmp_path):
+def test_zero3_trains_as_fsdp2_does_and_resumes_byte_equal(sharded_run, tmp_path, free_port):
     pytest.importorskip("deepspeed")  # not a lopti dependency: its source build needs torch at build time
     out = tmp_path / "zero3"
-    lopti_train(out, 2, settings(**EVALUATED), "deepspeed_zero3.yaml")
+    lopti_train(out, 2, settings(**EVALUATED), "deepspeed_zero3.yaml", port=free_port())
     assert (out / "eval_after.json").is_file()
     assert json.loads((out / "run.json").read_text())["sharding"] == "DeepSpeed ZeRO-3"
     for a, b in zip(train_rows(out), train_rows(sharded_run), strict=True):  # the same completions, alike updates
@@ -119,14 +121,14 @@ def test_zero3_trains_as_fsdp2_does_and_resumes_byte_equal(sharded_run, tmp_path
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["grad_norm"] == pytest.approx(
             b["grad_norm"], rel=1e-5
         )
-    resumes_byte_equal(out, tmp_path / "resumed", "deepspeed_zero3.yaml")
+    resumes_byte_equal(out, tmp_path / "resumed", free_port(), "deepspeed_zero3.yaml")
 
 
-def test_two_sharded_processes_train_as_one_process_on_the_same_completions(tmp_path):
+def test_two_sharded_processes_train_as_one_process_on_the_same_completions(tmp_path, free_port):
     # dapo divides by the tokens of the global batch; the recipe's bnpo by each process's own, which makes the
     # two layouts' losses differ by design (0.4% at step 1 here)
     fixed = ["--fixed_rollout", "--loss_type", "dapo"]
-    lopti_train(tmp_path / "fsdp", 2, [*settings(per_device_train_batch_size="4"), *fixed])
+    lopti_train(tmp_path / "fsdp", 2, [*settings(per_device_train_batch_size="4"), *fixed], port=free_port())
     lopti_train(tmp_path / "one", 1, [*settings(per_device_train_batch_size="8"), *fixed])
     sharded, single = train_rows(tmp_path / "fsdp"), train_rows(tmp_path / "one")
     assert [row["step"] for row in sharded] == [row["step"] for row in single] == [1, 2, 3, 4]
