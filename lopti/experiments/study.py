@@ -103,12 +103,44 @@ def claim_study(out: Path, base: dict[str, Any], variants: list[str], seeds: lis
 
 
 def train_settings(settings: dict[str, Any]) -> None:
-    """Train one run of a study from its settings (the runner of `run_jobs`), with bf16 chosen by the CPU where the
-    settings leave it unset, as `lopti train` chooses it (the run's config.yaml records the choice)."""
+    """Train one run of a study from its settings (the runner of `run_jobs`; `plan_runs` has set its precision)."""
     from lopti.commands.train_run import train
-    from lopti.train.precision import with_cpu_precision
 
-    train(with_cpu_precision(settings))
+    train(settings)
+
+
+def study_precision(out: Path, base: dict[str, Any]) -> dict[str, Any]:
+    """Return the precision every run of the study in `out` trains with, as settings to add to each run's.
+
+    A CPU run that leaves `bf16` unset gets it from the CPU (`with_cpu_precision`: on where bf16 is native). A study
+    runs over several sittings, possibly on other CPUs, so that choice is made once: runs already started keep the
+    `bf16` their config.yaml records, and the runs still to train take the same (emulated, and slower, on a CPU
+    without native bf16), rather than each machine's own choice mixing two recipes in one comparison.
+    """
+    import yaml
+
+    from lopti.train.precision import native_bf16, with_cpu_precision
+
+    chosen = {key: base[key] for key in ("bf16", "fp16") if key in base}
+    if chosen:
+        return chosen
+    started = {
+        config.parent.name: bool(yaml.safe_load(config.read_text()).get("bf16"))
+        for config in sorted(out.glob("runs/*/config.yaml"))
+    }
+    if len(set(started.values())) > 1:
+        fewer = min((True, False), key=lambda bf16: list(started.values()).count(bf16))
+        odd = [name for name, bf16 in started.items() if bf16 == fewer]
+        raise ValueError(
+            f"{out}: {', '.join(odd)} trained in {'bf16' if fewer else 'fp32'}, the study's other "
+            f"{len(started) - len(odd)} runs in {'fp32' if fewer else 'bf16'}; give --bf16 to choose"
+        )
+    if not started:
+        return {key: value for key, value in with_cpu_precision(base).items() if key == "bf16"}
+    bf16 = next(iter(started.values()))
+    if bf16 and not native_bf16():
+        print(f"{out}: its runs train in bf16 as its first ones did; this CPU emulates bf16, which is slower")
+    return {"bf16": bf16}
 
 
 def plan_runs(
@@ -117,12 +149,14 @@ def plan_runs(
     """Return the runs of a claimed folder left to train (finished ones are skipped), each with its thread count.
 
     A run keeps the thread count recorded in threads.json when it was first started, so a resumed run stays
-    on its floating-point path; the others get `threads`, recorded before they start.
+    on its floating-point path; the others get `threads`, recorded before they start. All take the study's
+    precision (`study_precision`).
     """
     from lopti.commands.train_run import run_outputs
 
     threads_path = out / THREADS_FILE
     recorded = json.loads(threads_path.read_text()) if threads_path.exists() else {}
+    precision = study_precision(out, base)
     jobs = []
     # seed by seed: a study stopped partway (a long one runs over several sittings) holds every variant of the
     # seeds it finished, which pair with each other
@@ -133,7 +167,7 @@ def plan_runs(
             if all((run_dir / output).is_file() for output in run_outputs(evaluate=True)):
                 print(f"{prefix}{name}: finished, skipped")
                 continue
-            settings = variant_settings(base, variant, seed) | {"output_dir": str(run_dir)}
+            settings = variant_settings(base, variant, seed) | precision | {"output_dir": str(run_dir)}
             settings["resume"] = last_complete_checkpoint(run_dir) is not None
             recorded.setdefault(name, threads)
             jobs.append(Job(f"{prefix}{name}", settings, recorded[name], run_dir / "train.log"))
