@@ -38,6 +38,7 @@ from lopti.experiments.study import (
     claim_study,
     collect,
     plan_runs,
+    train_keeping_records,
     train_settings,
 )
 
@@ -115,6 +116,13 @@ class CompareConfig:
         default=0.05,
         metadata={"help": "Family-wise error level of the primary comparisons (after Holm)."},
     )
+    keep_weights: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep each run's final/ weights and checkpoints. false: delete them once the run has finished "
+            "and written its report (its records stay; a SmolLM2-135M run keeps about 2 GB otherwise).",
+        },
+    )
     threads: int = field(
         default=0,
         metadata={
@@ -142,11 +150,13 @@ def run_all(
     runner: Callable[[dict[str, Any]], Any] | None = None,
     backend: str = "local",
     plan: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    keep_weights: bool = True,
 ) -> None:
     """Train and evaluate every variant × seed in `out`, skipping finished runs and resuming others.
 
     `out` stays locked meanwhile, so a second comparison into it stops at once. `runner` trains one run
-    from its settings (default `train_settings`; with jobs > 1 or Ray it must be importable by the workers).
+    from its settings (default `train_settings`, or `train_keeping_records` without `keep_weights`; with jobs > 1
+    or Ray it must be importable by the workers).
     `plan` makes the study's plan from its base settings: a folder registered with another plan is refused.
     """
     base = resolve(config, overrides)
@@ -156,7 +166,7 @@ def run_all(
             check_registered(out, plan(base))
         claim_study(out, base, variants, seeds)
         pending = plan_runs(out, base, variants, seeds, threads_per_run(jobs, threads))
-        run_jobs(pending, jobs, runner or train_settings, backend)
+        run_jobs(pending, jobs, runner or (train_settings if keep_weights else train_keeping_records), backend)
 
 
 def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out: Path, argv: list[str]) -> str:
@@ -182,7 +192,16 @@ def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out
             digest = register(out, plan(base))
         return f"Registered plan {digest} in {out / PLAN_FILE}; commit it, then run this command without --register."
     run_all(
-        config, overrides, study.variants, study.seeds, out, study.jobs, study.threads, backend=study.backend, plan=plan
+        config,
+        overrides,
+        study.variants,
+        study.seeds,
+        out,
+        study.jobs,
+        study.threads,
+        backend=study.backend,
+        plan=plan,
+        keep_weights=study.keep_weights,
     )
     results = collect(out)
     write_compare_report(out, results, command, json.loads((out / STUDY_FILE).read_text())["base"])

@@ -32,6 +32,7 @@ from lopti.experiments.study import (
     collect,
     mean_std,
     plan_runs,
+    train_keeping_records,
     train_settings,
 )
 
@@ -119,7 +120,7 @@ def run_grid(
             check_registered(folder, plan)  # a point registered on its own keeps its plan
             claim_study(folder, point_base, study.variants, study.seeds)
             pending += plan_runs(folder, point_base, study.variants, study.seeds, threads, f"{folder.name}/")
-        run_jobs(pending, study.jobs, train_settings, study.backend)
+        run_jobs(pending, study.jobs, train_settings if study.keep_weights else train_keeping_records, study.backend)
         for values, folder, point_base in points:
             write_compare_report(folder, collect(folder), point_command(argv, values, folder), point_base)
         return write_grid_summary(out, "lopti compare " + shlex.join(argv))

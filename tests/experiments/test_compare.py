@@ -125,16 +125,16 @@ def test_a_study_grows_by_variants_and_seeds_and_keeps_its_runs(tmp_path):
 def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatch, tmp_path, capsys):
     seen = []
 
-    def run_all(config, overrides, variants, seeds, out, jobs, threads, backend, plan):
-        seen.append((config.name, overrides, variants, seeds, out, jobs, threads, backend))
+    def run_all(config, overrides, variants, seeds, out, jobs, threads, backend, plan, keep_weights):
+        seen.append((config.name, overrides, variants, seeds, out, jobs, threads, backend, keep_weights))
         raise ValueError("training replaced by the test")
 
     monkeypatch.setattr(compare, "run_all", run_all)
     argv = ["compare", "--seeds", "3", "--variants", "grpo,ar", "--learning_rate", "0.5", "--lopti", "--jobs", "2"]
-    assert main([*argv, "--backend", "ray", "--out", str(tmp_path / "study")]) == 2
+    assert main([*argv, "--backend", "ray", "--keep_weights", "false", "--out", str(tmp_path / "study")]) == 2
     overrides = {"learning_rate": 0.5, "lopti": True}
     default = default_recipe().name  # the recipe `lopti train` uses by default
-    assert seen == [(default, overrides, ["grpo", "ar"], [3], tmp_path / "study", 2, 0, "ray")]
+    assert seen == [(default, overrides, ["grpo", "ar"], [3], tmp_path / "study", 2, 0, "ray", False)]
     assert main(["compare", "--backend", "spark"]) == 2
     assert "spark" in capsys.readouterr().err and not seen[1:]
     assert main(["compare", "--seeds", "0,x"]) == 2
@@ -208,3 +208,38 @@ def test_small_study_of_loptis_controls(recipe, tmp_path):
         in (out / "runs" / "grpo2-s0" / "README.md").read_text()
     )
     assert "| grpo2 | 1 |" in (out / "results.md").read_text()
+
+
+def train_with_weights(settings):
+    """Stand in for training: write a run's records and weights (final/, two checkpoints); seed 1 fails after its
+    first checkpoint."""
+    run_dir = Path(settings["output_dir"])
+    for folder in ("checkpoint-2", "checkpoint-4", "final"):
+        if folder == "checkpoint-4" and settings["seed"] == 1:
+            raise ValueError("stopped")
+        (run_dir / folder).mkdir(parents=True)
+        (run_dir / folder / "model.safetensors").write_bytes(b"weights")
+    evaluation = {"group": "people", "per_group": {}, "overall": {"accuracy": 0.5}}
+    for name in ("run.json", "eval_before.json", "eval_after.json", "metrics.jsonl", "report.md"):
+        (run_dir / name).write_text(json.dumps(evaluation))
+
+
+def test_without_keep_weights_a_finished_run_keeps_its_records_and_a_failed_one_its_checkpoints(tmp_path, monkeypatch):
+    from lopti.experiments import study
+
+    monkeypatch.setattr(study, "train_settings", train_with_weights)
+    out = tmp_path / "study"
+    argv = ["compare", "--variants", "grpo", "--seeds", "0,1", "--keep_weights", "false", "--out", str(out)]
+    assert main(argv) == 2  # seed 1's error, one line
+    finished, failed = out / "runs" / "grpo-s0", out / "runs" / "grpo-s1"
+    assert sorted(path.name for path in finished.iterdir()) == [
+        "eval_after.json", "eval_before.json", "metrics.jsonl", "report.md", "run.json",
+    ]  # fmt: skip
+    assert (failed / "checkpoint-2" / "model.safetensors").is_file()
+
+
+def test_a_study_keeps_its_runs_weights_by_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "train_settings", train_with_weights)
+    out = tmp_path / "study"
+    assert main(["compare", "--variants", "grpo", "--seeds", "0", "--out", str(out)]) == 0
+    assert {"final", "checkpoint-2", "checkpoint-4"} <= {path.name for path in (out / "runs" / "grpo-s0").iterdir()}
