@@ -43,7 +43,7 @@ from lopti.train.config import LoptiGRPOConfig
 from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.fast_path import CpuFastPath, is_sharded
 from lopti.train.packing import fast_generation, packing_applies
-from lopti.train.precision import precision_words
+from lopti.train.precision import hardware, precision_words
 from lopti.train.trainer import LoptiGRPOTrainer
 
 # Prompts per evaluation batch: the CPU fast path's loop drops rows as they end, so long batches cost little
@@ -360,6 +360,7 @@ def _train_locked(
                 "global_step": trainer.state.global_step,
                 "processes": trainer.accelerator.num_processes,
                 "sharding": sharding_of(trainer),
+                "hardware": hardware(),
             }
             write_atomic(run_dir / "run.json", json.dumps(summary))
     # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes

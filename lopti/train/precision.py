@@ -9,6 +9,9 @@ bf16 engine: autocast would cast every fp32 weight again at each decoded token, 
 
 from __future__ import annotations
 
+import os
+import platform
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +23,22 @@ def native_bf16() -> bool:
     """Return True when this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX tiles)."""
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def hardware() -> dict[str, Any]:
+    """Return what a run's speed and arithmetic depend on: the CPU model and core count, whether it multiplies bf16
+    natively, the GPU if one is visible, and torch's version. run.json records it, so that the runs of a study
+    trained over several sittings say where each one ran."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return {
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "native_bf16": native_bf16(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+    }
 
 
 def with_cpu_precision(settings: dict[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 import shutil
 
 import pytest
@@ -133,6 +134,8 @@ def test_evaluate_before_and_after_writes_a_report_sampling_the_first_prompts(se
     sampled = json.loads((run_dir / "eval_after_sampled.json").read_text())
     assert (sampled["samples"], sampled["temperature"], sampled["overall"]["n"]) == (3, 1.0, 3)
     assert "3 samples per prompt at T=1.0" in report and "| 3 | 3 |" in report.split("samples per prompt")[1]
+    machine = json.loads((run_dir / "run.json").read_text())["hardware"]  # where the run trained, for studies
+    assert machine["cores"] == os.cpu_count() and machine["torch"] == torch.__version__ and machine["cpu"]
 
 
 def untouched(run_dir):
