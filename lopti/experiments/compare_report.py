@@ -21,7 +21,13 @@ from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
-from lopti.experiments.paired_tables import paired_sections, problem_count, registered_section, sampled_title, scores
+from lopti.experiments.paired_tables import (
+    decodings,
+    paired_sections,
+    problem_count,
+    registered_section,
+    scores,
+)
 from lopti.experiments.statistics import Scores, bootstrap_interval, first_batch_reaching
 from lopti.experiments.study import (
     BASE,
@@ -62,11 +68,12 @@ def results_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sampled_evaluations(out: Path, results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Return run name → its sampled held-out evaluation after RL (avg@k), for the runs that made one."""
+def sampled_evaluations(out: Path, results: dict[str, Any], stage: str = "after") -> dict[str, dict[str, Any]]:
+    """Return run name → its sampled held-out evaluation (avg@k) `stage` RL ("before" or "after"), for the runs
+    that made one."""
     from lopti.commands.train_run import sampled_path  # here: train_run loads the trainer
 
-    paths = {name: sampled_path(out / "runs" / name / "eval_after.json") for name in results["runs"]}
+    paths = {name: sampled_path(out / "runs" / name / f"eval_{stage}.json") for name in results["runs"]}
     return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
 
 
@@ -95,20 +102,39 @@ def threshold_batches(
     return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves.values() if curve]
 
 
-def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict], metric: str, threshold: float) -> str:
+def ablation_table(
+    out: Path,
+    results: dict[str, Any],
+    sampled: dict[str, dict],
+    metric: str,
+    threshold: float,
+    sampled_before: dict[str, dict] | None = None,
+) -> str:
     """Return per variant: held-out accuracy after RL (all groups) in %, mean [95% interval] over seeds (and
-    held-out problems, `_interval_cell`), greedy and sampled (when evaluated); the mean batch at which training
-    accuracy reached `threshold` with how many runs never did; and how many runs collapsed."""
-    sampling_head = f" {sampled_title(sampled)} |" if sampled else ""
-    head = f"| variant | seeds | greedy |{sampling_head} batches to training accuracy ≥ {threshold:g} | collapsed |"
-    lines = [head, "|---" * (6 if sampled else 5) + "|"]
+    held-out problems, `_interval_cell`), greedy, and sampled avg@k and pass@k (when evaluated); the mean batch at
+    which training accuracy reached `threshold` with how many runs never did; and how many runs collapsed. A first
+    row gives the warm start's scores, from the runs' evaluations before RL (`sampled_before`: their sampled ones)."""
+    columns = {title: key for title, (source, key) in decodings(sampled).items() if source is not None}
+    head = "| variant | seeds | greedy | " + "".join(f"{title} | " for title in columns)
+    head += f"batches to training accuracy ≥ {threshold:g} | collapsed |"
+    lines = [head, "|---" * (5 + len(columns)) + "|"]
+    before = {
+        name: {**run, "after": run.get("before", {}), "variant": "warm start"} for name, run in results["runs"].items()
+    }
+    if before and all("overall" in run["after"] for run in before.values()):
+        warm = {"runs": before}
+        cells = [_interval_cell(scores(warm, "warm start"), problem_count(warm, None))]
+        for key in columns.values():
+            by_seed = scores(warm, "warm start", sampled_before, key) if sampled_before else {}
+            cells.append(_interval_cell(by_seed, problem_count(warm, sampled_before)) if by_seed else "–")
+        lines.append(f"| warm start (before RL) | – | {' | '.join(cells)} | – | – |")
     for variant in results["summary"]:
         runs = [run for run in results["runs"].values() if run["variant"] == variant]
-        greedy = _interval_cell(scores(results, variant), problem_count(results, None))
-        if sampled:
-            sampling = f" {_interval_cell(scores(results, variant, sampled), problem_count(results, sampled))} |"
-        else:
-            sampling = ""
+        cells = [_interval_cell(scores(results, variant), problem_count(results, None))]
+        cells += [
+            _interval_cell(scores(results, variant, sampled, key), problem_count(results, sampled))
+            for key in columns.values()
+        ]
         batches = threshold_batches(out, results, variant, metric, threshold)
         reached = [b for b in batches if b is not None]
         steps = f"{statistics.fmean(reached):.1f}" if reached else "never"
@@ -116,7 +142,7 @@ def ablation_table(out: Path, results: dict[str, Any], sampled: dict[str, dict],
         fallen = f"{sum(collapsed(run) for run in runs)}/{len(runs)}"
         if any(collapsed(run) for run in runs):  # which criterion: a format failure is not a fall in accuracy
             fallen += f" ({sum(map(below_warm_start, runs))} below, {sum(map(malformed, runs))} malformed)"
-        lines.append(f"| {variant} | {len(runs)} | {greedy} |{sampling} {steps} | {fallen} |")
+        lines.append(f"| {variant} | {len(runs)} | {' | '.join(cells)} | {steps} | {fallen} |")
     return "\n".join(lines) + "\n"
 
 
@@ -212,10 +238,12 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
     ]
     if results["runs"]:
         parts += [
-            "Held-out accuracy after RL (all groups) in %, mean [95% interval] over seeds; training accuracy; "
-            "collapses:",
+            "Held-out accuracy (all groups) in %, mean [95% interval] over seeds, of the warm start and after RL; "
+            "training accuracy; collapses:",
             "",
-            ablation_table(out, results, sampled, metric, TRAIN_ACCURACY_THRESHOLD),
+            ablation_table(
+                out, results, sampled, metric, TRAIN_ACCURACY_THRESHOLD, sampled_evaluations(out, results, "before")
+            ),
             "- Interval: 95% percentile bootstrap over the seeds and the held-out problems (the set's sampling "
             "error does not average out over seeds); where the evaluations do not say how many problems they "
             "scored, mean ± t(0.975, n − 1) · s / √n over the n seeds (Student t, s the sample standard "

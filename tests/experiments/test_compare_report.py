@@ -88,6 +88,28 @@ def test_results_md_reports_intervals_paired_differences_threshold_and_collapses
     assert "below its warm start's, or more than 5% of its greedy held-out answers are malformed" in text
 
 
+def test_results_md_gives_the_warm_start_and_pass_at_k_next_to_each_variant(tmp_path):
+    """The ablation table opens with the warm start's greedy, avg@k and pass@k (from the runs' evaluations before
+    RL) and gives each variant's pass@k after RL beside its avg@k."""
+    runs = {f"{variant}-s{seed}": (0.4, [0.3] * 3, {"sampled": 0.3}) for variant in ("grpo", "ar") for seed in (0, 1)}
+    results = fake_study(tmp_path, runs)
+    for name in runs:  # avg@4 and pass@4 before RL 10% and 20%, after it 30% and 50% (ar seed 1: 60%)
+        folder = tmp_path / "runs" / name
+        before = evaluation(0.1, samples=4, temperature=1.0)
+        before["overall"]["pass@4"] = 0.2
+        (folder / "eval_before_sampled.json").write_text(json.dumps(before))
+        after = json.loads((folder / "eval_after_sampled.json").read_text())
+        after["overall"]["pass@4"] = 0.6 if name == "ar-s1" else 0.5
+        (folder / "eval_after_sampled.json").write_text(json.dumps(after))
+    text = report(tmp_path, results)
+    ablation = "| variant | seeds | greedy | sampled avg@4 (T=1) | sampled pass@4 (T=1) | batches to training"
+    warm = "| warm start (before RL) | – | 25.0 [25.0, 25.0] | 10.0 [10.0, 10.0] | 20.0 [20.0, 20.0] | – | – |"
+    assert row(text, "warm start (before RL)", ablation) == warm
+    # ar's pass@4 after RL: 50 and 60, mean 55, s 7.07, half 12.706 · 7.07 / √2 = 63.5
+    ar = "| ar | 2 | 40.0 [40.0, 40.0] | 30.0 [30.0, 30.0] | 55.0 [-8.5, 118.5] | never (2/2 never) | 0/2 |"
+    assert row(text, "ar", ablation) == ar
+
+
 def test_greedy_only_study_without_grpo_says_why_there_is_no_paired_table(tmp_path):
     runs = {"ar-s0": (0.3, [0.6] * 3, {}), "ar-s1": (0.5, [0.1] * 3, {}), "lopti-s0": (0.2, [0.6] * 3, {})}
     text = report(tmp_path, fake_study(tmp_path, runs))
