@@ -102,6 +102,14 @@ def threshold_batches(
     return [first_batch_reaching(curve, threshold, THRESHOLD_WINDOW) for curve in curves.values() if curve]
 
 
+def _score_cells(results: dict[str, Any], variant: str, sampled: dict[str, dict], keys: list[str]) -> list[str]:
+    """Return the variant's greedy cell, then one per sampled metric of `keys` ("–" where `sampled` lacks it)."""
+    cells = [_interval_cell(scores(results, variant), problem_count(results, None))]
+    return cells + [
+        _interval_cell(scores(results, variant, sampled, key), problem_count(results, sampled)) for key in keys
+    ]
+
+
 def ablation_table(
     out: Path,
     results: dict[str, Any],
@@ -122,19 +130,11 @@ def ablation_table(
         name: {**run, "after": run.get("before", {}), "variant": "warm start"} for name, run in results["runs"].items()
     }
     if before and all("overall" in run["after"] for run in before.values()):
-        warm = {"runs": before}
-        cells = [_interval_cell(scores(warm, "warm start"), problem_count(warm, None))]
-        for key in columns.values():
-            by_seed = scores(warm, "warm start", sampled_before, key) if sampled_before else {}
-            cells.append(_interval_cell(by_seed, problem_count(warm, sampled_before)) if by_seed else "–")
+        cells = _score_cells({"runs": before}, "warm start", sampled_before or {}, list(columns.values()))
         lines.append(f"| warm start (before RL) | – | {' | '.join(cells)} | – | – |")
     for variant in results["summary"]:
         runs = [run for run in results["runs"].values() if run["variant"] == variant]
-        cells = [_interval_cell(scores(results, variant), problem_count(results, None))]
-        cells += [
-            _interval_cell(scores(results, variant, sampled, key), problem_count(results, sampled))
-            for key in columns.values()
-        ]
+        cells = _score_cells(results, variant, sampled, list(columns.values()))
         batches = threshold_batches(out, results, variant, metric, threshold)
         reached = [b for b in batches if b is not None]
         steps = f"{statistics.fmean(reached):.1f}" if reached else "never"
