@@ -131,6 +131,48 @@ def test_each_percentage_in_the_prose_is_in_the_records(section, records):
     assert not missing, f"not in {[str(record.relative_to(ROOT)) for record in records]}: {sorted(missing)}"
 
 
+PLAN_ROW = re.compile(r"^\|.*\(\.\./(results/[^)]+/plan\.json)\), `([0-9a-f]{8})`(.*)\|$", re.MULTILINE)
+
+
+def seed_range(seeds: list[int]) -> str:
+    """Return consecutive seeds as the page writes them ("10–19"), others as a list."""
+    consecutive = seeds == list(range(seeds[0], seeds[-1] + 1))
+    return f"{seeds[0]}–{seeds[-1]}" if consecutive else ", ".join(map(str, seeds))
+
+
+def plan_cells(plan: dict) -> list[str]:
+    """Return the plan table's cells after the plan link for a committed plan.json: variants × seeds, the primary
+    metric, the primary comparisons."""
+    settings = plan["plan"]
+    metric = {"sampled": f"sampled avg@{settings['data']['eval_samples']}", "greedy": "greedy"}
+    comparisons = [comparison.replace(":", " - ") for comparison in settings["primary_comparisons"]]
+    return [
+        f"{', '.join(settings['variants'])} × {seed_range(settings['seeds'])}",
+        metric[settings["primary_metric"]],
+        ", ".join(comparisons),
+    ]
+
+
+def test_each_registered_plan_on_the_page_is_its_committed_plan():
+    """The page's table of registered studies names each plan's hash, variants, seeds, metric and comparisons as
+    the committed plan.json holds them."""
+    rows = PLAN_ROW.findall(PAGE.read_text())
+    assert len(rows) >= 2
+    for path, short_hash, rest in rows:
+        plan = json.loads((ROOT / path).read_text())
+        assert plan["hash"].startswith(short_hash), path
+        assert [normal(cell) for cell in rest.split("|")[1:]] == plan_cells(plan), path
+
+
+def test_every_table_on_the_page_is_checked_against_records():
+    """Each table follows a `<!-- record: ... -->` marker (its cells are the record's) or lists registered plans."""
+    lines = PAGE.read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("|") and not lines[number - 1].startswith("|"):
+            before = next(text for text in reversed(lines[:number]) if text.strip())
+            assert MARKER.search(before) or PLAN_ROW.search(lines[number + 2]), f"docs/results.md:{number + 1}"
+
+
 def test_the_readme_states_the_results_pages_numbers():
     """The README's paragraph on results quotes percentages the results page's records hold, and links the page."""
     readme = (ROOT / "README.md").read_text()
