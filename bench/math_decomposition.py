@@ -27,6 +27,7 @@ from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.evaluation.generation import generate, prompt_text
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.tasks.completions import ended_properly, prefilled_think
 from lopti.tasks.registry import get_task
 from lopti.train.precision import native_bf16
 
@@ -46,14 +47,15 @@ def problem_sum(text: str) -> tuple[int, str, int]:
     return int(have), "+" if verb == "gets" else "-", int(change)
 
 
-def answer_steps(answer: str, problem: str) -> dict[str, bool]:
-    """Return whether an answer writes an equation, sets the problem's sum up in it, and does its arithmetic right."""
+def answer_steps(answer: str, problem: tuple[int, str, int]) -> dict[str, bool]:
+    """Return whether an answer writes an equation, sets the problem's sum (`problem_sum`) up in it, and does its
+    arithmetic right."""
     equations = EQUATION.findall(answer)
     if not equations:
         return {"equation": False, "set_up": False, "arithmetic": False}
     left, symbol, right, result = equations[-1]
     left, right, result, operation = int(left), int(right), int(result), OPERATIONS[symbol]
-    have, wanted, change = problem_sum(problem)
+    have, wanted, change = problem
     operands = {left, right} == {have, change} if wanted == "+" else (left, right) == (have, change)
     value = {"+": left + right, "-": left - right, "*": left * right, "/": left / right if right else None}[operation]
     return {"equation": True, "set_up": operation == wanted and operands, "arithmetic": value == result}
@@ -69,12 +71,11 @@ def decomposition(model, tokenizer, rows: list[dict], samples: int, sampled_prom
         answers = generate(model, tokenizer, texts, k, temp, max_new_tokens=128, batch_size=256, seed=0)
         scored = []
         for row, outputs in zip(chosen, answers, strict=True):
-            problem = row["prompt"][-1]["content"]
-            for text, ids in outputs:
-                ended = ids and ids[-1] == tokenizer.eos_token_id
-                correct = ended and judge(text, row)[0]
-                operation = problem_sum(problem)[1]
-                scored.append({**answer_steps(text, problem), "correct": correct, "op": operation, "len": len(ids)})
+            problem = problem_sum(row["prompt"][-1]["content"])
+            for text, ids in outputs:  # judged as lopti's evaluation judges (`judge_rows`)
+                ended = ended_properly(ids, tokenizer.eos_token_id, tokenizer.pad_token_id)
+                correct = ended and judge(prefilled_think(row["prompt"]) + text, row)[0]
+                scored.append({**answer_steps(text, problem), "correct": correct, "op": problem[1], "len": len(ids)})
         result |= {
             f"{mode}_accuracy": share(scored, "correct"),
             f"{mode}_set_up": share(scored, "set_up"),
@@ -122,16 +123,23 @@ def main() -> None:
     args = parser.parse_args()
     if args.table:
         paths = sorted(args.table.glob("*.json"), key=lambda path: (path.stem != "warm-start", path.stem))
-        results = {path.stem: json.loads(path.read_text()) for path in paths}
-        write_atomic(args.table / "results.md", table(results))
-        print(table(results))
+        if not paths:
+            parser.error(f"--table {args.table}: no decomposition (.json) in that folder")
+        markdown = table({path.stem: json.loads(path.read_text()) for path in paths})
+        write_atomic(args.table / "results.md", markdown)
+        print(markdown)
         return
     if args.out is None:
         parser.error("give --out (a model's decomposition) or --table (the table of a folder)")
-    run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/math-decomposition"}))
+    if not args.out.parent.is_dir():
+        parser.error(f"--out {args.out}: folder {args.out.parent} does not exist")
+    try:  # every input checked before the model is loaded
+        run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/math-decomposition"}))
+        folder = resolve_model(args.model or run.model)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
     if run.task != "math" or run.levels != "1":
         parser.error(f"{args.config}: the decomposition reads level-1 math problems (task math, levels 1)")
-    folder = args.model or resolve_model(run.model)
     tokenizer = load_tokenizer(folder)
     model = load_model(folder).to(torch.bfloat16 if native_bf16() else torch.float32).eval()
     rows = list(task_datasets(get_task(run.task), run)[1])

@@ -32,12 +32,12 @@ def decomposition(monkeypatch):
     ],
 )
 def test_an_answer_is_split_into_set_up_and_arithmetic(decomposition, problem, answer, set_up, arithmetic):
-    steps = decomposition.answer_steps(answer, problem)
+    steps = decomposition.answer_steps(answer, decomposition.problem_sum(problem))
     assert steps == {"equation": True, "set_up": set_up, "arithmetic": arithmetic}
 
 
 def test_an_answer_without_an_equation_counts_as_neither(decomposition):
-    assert decomposition.answer_steps("He gives away 26 apples. \\boxed{26}", GIVES) == {
+    assert decomposition.answer_steps("He gives away 26 apples. \\boxed{26}", decomposition.problem_sum(GIVES)) == {
         "equation": False,
         "set_up": False,
         "arithmetic": False,
