@@ -49,6 +49,7 @@ from lopti.train.config import LoptiGRPOConfig
 from lopti.train.engines import check_engines
 from lopti.train.guards import TrainingGuard, add_count, explain_reward_errors, is_python_reward
 from lopti.train.log_sum_sq import LogSumSqCapture
+from lopti.train.patched import refuse_patched
 from lopti.train.reward_calls import bounded_reward
 from lopti.train.step_metrics import StepMetrics
 from lopti.train.update_quality import UpdateQuality
@@ -123,6 +124,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
         if args is None:  # TRL's default config, named as TRL names it, with lopti's defaults (all features off)
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = LoptiGRPOConfig(f"{model_name.split('/')[-1]}-LoptiGRPO")
+        refuse_patched(GRPOTrainer)  # another library's GRPOTrainer methods would bypass lopti's loss
         if not isinstance(args, LoptiGRPOConfig):
             raise TypeError(f"LoptiGRPOTrainer needs args=LoptiGRPOConfig(...), got {type(args).__name__}")
         self._credit_steps = {**make_credit_steps(args.token_credit, args.token_credit_kwargs)}

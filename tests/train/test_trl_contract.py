@@ -15,6 +15,7 @@ from trl import GRPOTrainer
 
 from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.fast_path import CpuFastPath
+from lopti.train.patched import RELIED_ON
 from lopti.train.step_metrics import StepMetrics
 from lopti.train.trainer import EXTRA_FORWARD_INPUTS, LoptiGRPOTrainer
 
@@ -25,6 +26,9 @@ FINGERPRINTS = {
     # `_generate_and_score_completions` (lopti's advantages; the fast path leaves out the old-log-prob forward),
     # `_get_per_token_logps_and_entropies` (lopti observes it; the fast path packs it), `_calculate_rewards`
     "_compute_loss": "80295546bbdbf6f7",
+    # relied on: TRL's `compute_loss` is what the Trainer calls, and it reaches lopti's loss only through
+    # `_compute_loss`; a replaced one (Unsloth's) is refused by lopti/train/patched.py
+    "compute_loss": "a2d6ef8bd29c3e26",
     "_calculate_rewards": "736ae29b083840b5",
     "_generate_and_score_completions": "1fa48922792dcd5c",
     "_get_per_token_logps_and_entropies": "ea73c3909275851d",
@@ -77,6 +81,10 @@ def test_trl_internals_unchanged(method):
         f"GRPOTrainer.{method} changed (trl {trl.__version__}, lopti was checked against {TESTED_TRL}); "
         "re-check lopti/train/trainer.py before trusting AR/Lopti with this TRL version"
     )
+
+
+def test_every_method_the_patch_check_covers_is_fingerprinted():
+    assert set(RELIED_ON) <= FINGERPRINTS.keys()
 
 
 def test_signatures_lopti_calls():
