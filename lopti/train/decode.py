@@ -46,7 +46,7 @@ from transformers.generation import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
-from transformers.generation.utils import GENERATION_MODES_MAPPING
+from transformers.generation.utils import ALL_CACHE_NAMES, GENERATION_MODES_MAPPING
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -56,8 +56,12 @@ from lopti.train.draws import draw_by_inverse_cdf, draw_like_multinomial, draws_
 # sampling they give what they give those rows in the whole batch. (Generate's repetition penalty keeps each row's
 # padding length, so it runs generate's own loop.)
 ROW_WISE_PROCESSORS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper)
-# what generate prepares for the model; the loop passes them itself (`logits_to_keep` 1, `use_cache` True)
-MODEL_INPUTS = {"attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep"}
+# The keyword the models take their KV cache by: `cache` from transformers 5.24, `past_key_values` before (which
+# rejects `cache`); the prefill and the loop pass it under this name, so the fast path runs on every version allowed.
+CACHE_KEYWORD = "cache" if "cache" in ALL_CACHE_NAMES else "past_key_values"
+# what generate prepares for the model; the loop passes them itself (`logits_to_keep` 1, `use_cache` True; the
+# cache's length gives the positions older transformers pass as `cache_position`)
+MODEL_INPUTS = {"attention_mask", "position_ids", CACHE_KEYWORD, "cache_position", "use_cache", "logits_to_keep"}
 MATMUL_DECODE = "lopti_matmul_decode"  # the attention implementation's name while the loop runs
 # what an attention module may pass that changes the attention beyond the mask; any of them runs sdpa
 ATTENTION_EXTRAS = ("softcap", "sliding_window", "s_aux", "position_bias")
@@ -277,7 +281,7 @@ def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, gener
                   same_draws: bool) -> bool:  # fmt: skip
     """Return True when `sample_unfinished_rows` reproduces what generate's own sampling loop would do."""
     mask = model_kwargs.get("attention_mask")
-    cache = model_kwargs.get("cache")
+    cache = model_kwargs.get(CACHE_KEYWORD)
     return (
         generation_config.get_generation_mode() in (GenerationMode.SAMPLE, GenerationMode.GREEDY_SEARCH)
         and not generation_config.return_dict_in_generate
@@ -319,7 +323,7 @@ def sample_unfinished_rows(
             model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
             generation_config=generation_config, synced_gpus=synced_gpus, streamer=streamer, **model_kwargs,
         )  # fmt: skip
-    cache, mask = model_kwargs["cache"], model_kwargs["attention_mask"]
+    cache, mask = model_kwargs[CACHE_KEYWORD], model_kwargs["attention_mask"]
     ends = [criterion.eos_token_id.flatten() for criterion in stopping_criteria if type(criterion) is EosTokenCriteria]
     end_tokens = torch.cat(ends) if ends else None
     max_length = min(criterion.max_length for criterion in stopping_criteria if type(criterion) is MaxLengthCriteria)
@@ -348,8 +352,8 @@ def sample_unfinished_rows(
     with matmul_decode_attention(model):
         for _ in range(steps):
             logits = model(
-                input_ids=tokens, attention_mask=attention[rows, :length], position_ids=position_ids, cache=cache,
-                use_cache=True, logits_to_keep=1, shared_prompt=shared,
+                input_ids=tokens, attention_mask=attention[rows, :length], position_ids=position_ids,
+                **{CACHE_KEYWORD: cache}, use_cache=True, logits_to_keep=1, shared_prompt=shared,
             ).logits[:, -1].to(copy=True, dtype=torch.float32)  # fmt: skip
             scores = logits_processor(sequences[rows, :length], logits)
             if greedy:

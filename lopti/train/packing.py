@@ -15,26 +15,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import logging
 from collections.abc import Iterator
 
 import torch
 from accelerate.utils import is_peft_model
 from transformers import DynamicCache
-from transformers.generation.utils import ALL_CACHE_NAMES
 
 from lopti.core.packing import IGNORED, pack_shared_prompts, unpack
-from lopti.train.decode import sample_unfinished_rows, sampling_cache
+from lopti.train.decode import CACHE_KEYWORD, sample_unfinished_rows, sampling_cache
 
 # The most answer positions preallocated ahead (the longest budget of the shipped recipes); longer generations grow.
 PREALLOCATED_STEPS = 4096
 # The fewest leading tokens shared by every row for the prefill to run them once for all rows: below it the extra
 # forward costs more than it saves.
 SHARED_PREFIX_MIN = 16
-# The prefill and the sampling loop hand the models their KV cache as `cache`, the name newer transformers give it;
-# an older transformers calls it `past_key_values` and rejects `cache`, so there generation stays generate's own.
-CACHE_NAMED_CACHE = "cache" in ALL_CACHE_NAMES
-logger = logging.getLogger(__name__)
 
 
 def packed_log_probs(
@@ -178,9 +172,7 @@ def shared_prefill_generate(
     `decode.sample_unfinished_rows`.
     """
     generate = type(model).generate
-    if not CACHE_NAMED_CACHE:
-        logger.debug("lopti: this transformers names the KV cache past_key_values; generation without the fast path")
-    if not CACHE_NAMED_CACHE or input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
+    if input_ids.size(1) < 2 or {"cache", "past_key_values", "custom_generate"} & set(kwargs):
         return generate(model, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     # the settings generate will use: its generation config with the keyword arguments over it, as generate merges
     # them (lopti's evaluation passes its budget as `max_new_tokens`)
@@ -206,17 +198,18 @@ def shared_prefill_generate(
             if prefix:
                 model(
                     input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix],
-                    position_ids=positions[:1, :prefix], cache=cache, use_cache=True, logits_to_keep=1,
+                    position_ids=positions[:1, :prefix], **{CACHE_KEYWORD: cache}, use_cache=True, logits_to_keep=1,
                 )  # fmt: skip
                 cache.batch_select_indices(torch.zeros(len(first), dtype=torch.long, device=input_ids.device))
             if prefix < input_ids.size(1) - 1:
                 model(
                     input_ids=input_ids[first, prefix:-1], attention_mask=attention_mask[first, :-1],
-                    position_ids=positions[first, prefix:-1], cache=cache, use_cache=True, logits_to_keep=1,
+                    position_ids=positions[first, prefix:-1], **{CACHE_KEYWORD: cache}, use_cache=True,
+                    logits_to_keep=1,
                 )  # fmt: skip
         if len(distinct) < len(input_ids):
             cache.batch_select_indices(group_of_row)
     return generate(
-        model, input_ids=input_ids, attention_mask=attention_mask, cache=cache,
+        model, input_ids=input_ids, attention_mask=attention_mask, **{CACHE_KEYWORD: cache},
         custom_generate=functools.partial(sample_unfinished_rows, same_draws=same_draws), **kwargs,
     )  # fmt: skip
