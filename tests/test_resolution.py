@@ -1,6 +1,6 @@
 """pip resolves `lopti[verl]` beside each of verl's extras, as a verl user installs it (`pip install "lopti[verl]"
-"verl[EXTRA]==0.9.1"`): one dry run per extra, on the Python that runs the test (noxfile.py's `resolve` session
-runs it on 3.11 and 3.12). The answer is pip's report of what it would install, checked for verl's own pins.
+"verl[EXTRA]==0.9.1"`): one dry run per extra and Python (3.11 and 3.12, through `pip --python`; noxfile.py's
+`resolve` session). The answer is pip's report of what it would install, checked for verl's own pins.
 
 A few of verl's GPU extras' requirements are source distributions that build only with CUDA: pip cannot read their
 metadata on a CPU machine. So the dry run asks for verl's extra requirement by requirement, with those left out by
@@ -10,6 +10,7 @@ name (`LEFT_OUT`): a failure to build them is not a conflict, and leaving them o
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -31,7 +32,7 @@ LEFT_OUT = {
 }
 PINS = {"vllm": {"torch": "2.11.0", "transformers": "5.9.0"}, "cpu": {"torch": "2.11.0", "transformers": "5.9.0"},
         "fsdp": {"torch": "2.11.0", "trl": "0.27.0"}, "megatron": {"torch": "2.11.0", "trl": "0.27.0"}}  # fmt: skip
-PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+PYTHONS = ["3.11", "3.12"]  # what lopti declares and CI tests (pyproject.toml's requires-python)
 
 pytestmark = pytest.mark.resolution
 
@@ -65,14 +66,17 @@ def extra_requirements(requirements: list[Requirement], extra: str) -> list[str]
     return found
 
 
+@pytest.mark.parametrize("python", PYTHONS)
 @pytest.mark.parametrize("extra", sorted(PINS))
-def test_lopti_verl_installs_beside_verls_extra(verl_requirements, extra, tmp_path):
+def test_lopti_verl_installs_beside_verls_extra(verl_requirements, extra, python, tmp_path):
+    interpreter = shutil.which(f"python{python}")
+    assert interpreter, f"python{python} is not on PATH (noxfile.py finds pyenv's Pythons)"
     report = tmp_path / "report.json"
     requested = [f"lopti[verl] @ {ROOT.as_uri()}", f"verl=={VERL}", *extra_requirements(verl_requirements, extra)]
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-               str(report), *requested]  # fmt: skip
+    command = [sys.executable, "-m", "pip", "--python", interpreter, "install", "--dry-run", "--ignore-installed",
+               "--quiet", "--report", str(report), *requested]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
-    assert done.returncode == 0, f"verl[{extra}]=={VERL} with lopti[verl] on Python {PYTHON}:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"verl[{extra}]=={VERL} with lopti[verl] on Python {python}:\n{done.stderr[-3000:]}"
     installed = {
         item["metadata"]["name"].lower(): item["metadata"]["version"]
         for item in json.loads(report.read_text())["install"]
