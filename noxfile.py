@@ -73,7 +73,8 @@ def lowest_pins(extras: list[str]) -> list[str]:
 
 def short_train(session: nox.Session, folder: Path) -> None:
     """Run the short `lopti train` in `folder`, with its own cache (the embedded model is converted there)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)  # a reused session's earlier run would be refused as finished
+    folder.mkdir(parents=True)
     with session.chdir(folder):
         session.run("lopti", *SHORT_TRAIN, "--output_dir", "run", env={"LOPTI_CACHE": str(folder / "cache")})
 
@@ -111,7 +112,8 @@ def newest(session: nox.Session) -> None:
     session.install("--upgrade", "--upgrade-strategy", "eager", f"lopti[cli] @ {wheel.as_uri()}")
     session.run("pip", "list", "--format=freeze")
     short_train(session, Path(session.create_tmp()).resolve() / "elsewhere")
-    session.install("--upgrade", "pytest", "pytest-xdist", "hypothesis", "reasoning-gym")
+    test_tools = ("pytest", "pytest-xdist", "hypothesis", "reasoning-gym")  # in the dev extra's ranges
+    session.install("--upgrade", *(str(r) for r in requirements(["dev"]) if r.name in test_tools))
     session.run("pytest", "-q", "-n", "auto", "-m", "not slow", *PORTABLE_TESTS, *session.posargs)
 
 
