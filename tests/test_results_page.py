@@ -192,3 +192,36 @@ def test_a_page_that_disagrees_with_its_record_fails(wrong):
     assert original in section
     with pytest.raises(AssertionError):
         check_tables(section.replace(original, wrong, 1), records)
+
+
+def test_the_readmes_first_run_paragraph_is_the_fifteen_bf16_runs_of_the_default():
+    """The README's account of `lopti train`'s gains and lengths is the records of the fifteen bf16 runs of the
+    default recipe (five in default-seeds, ten as the registered study's AR arm, which is the default)."""
+    runs = [ROOT / f"results/default-seeds/bf16-seed{seed}" for seed in range(5)]
+    runs += [ROOT / f"results/study-default/runs/ar-s{seed}" for seed in range(10, 20)]
+
+    def overall(run: Path, name: str) -> dict:
+        return json.loads((run / name).read_text())["overall"]
+
+    def span(name: str, key: str, scale: float, digits: int) -> tuple[str, str]:
+        """Return (the value before RL, one decimal; the range after, to `digits` decimals) over the runs."""
+        (before,) = {round(scale * overall(run, f"eval_before{name}.json")[key], 1) for run in runs}
+        after = [scale * overall(run, f"eval_after{name}.json")[key] for run in runs]
+        return f"{before:.1f}", f"{min(after):.{digits}f}–{max(after):.{digits}f}"
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    sampled, passed, greedy = (
+        span("_sampled", "accuracy", 100, 0),
+        span("_sampled", "pass@2", 100, 0),
+        span("", "accuracy", 100, 0),
+    )
+    assert (
+        f"held-out sampled accuracy (avg@2 at T = 0.7, 200 problems) rose from {sampled[0]}% to {sampled[1]}%" in readme
+    )
+    assert (
+        f"pass@2 from {passed[0]}% to {passed[1]}%, greedy accuracy (500) from {greedy[0]}% to {greedy[1]}%" in readme
+    )
+    longer = sum(overall(run, "eval_after.json")["length"] > overall(run, "eval_before.json")["length"] for run in runs)
+    length, sampled_length = span("", "length", 1, 1), span("_sampled", "length", 1, 1)
+    assert f"greedy answers grew from {length[0]} to {length[1]} tokens (longer on {longer} of 15 seeds)" in readme
+    assert f"sampled ones stayed near 40 ({sampled_length[1]})" in readme

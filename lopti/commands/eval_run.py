@@ -98,25 +98,25 @@ def identity(config: EvalConfig) -> dict[str, Any]:
 
 
 def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
-    """Return the results as a markdown table, one line per group and one for all."""
+    """Return the results as markdown tables: one line per group and one for all, then one table per breakdown key
+    (math: operation). Accuracy comes with its 95% interval over the prompts."""
     greedy = config.samples == 1 and config.temperature == 0
     decoding = "greedy" if greedy else f"{config.samples} samples at T={config.temperature}"
     pass_keys = [k for k in result["overall"] if k.startswith("pass@")]
-    head = f"| {result['group']} | prompts | accuracy (avg@{config.samples}) | " + " | ".join(pass_keys)
-    lines = [
-        f"# {config.task} evaluation of {config.model}",
-        "",
-        f"Decoding: {decoding}, at most {config.eval_max_new_tokens} new tokens.",
-        "",
-        head + " | format errors | mean length |",
-        "|---" * (5 + len(pass_keys)) + "|",
-    ]
-    for name, stats in [*result["per_group"].items(), ("all", result["overall"])]:
-        passes = " | ".join(f"{100 * stats[k]:.1f}%" for k in pass_keys)
-        lines.append(
-            f"| {name} | {stats['n']} | {100 * stats['accuracy']:.1f}% | {passes} | "
-            f"{100 * stats['format_error']:.1f}% | {stats['length']:.1f} |"
-        )
+    lines = [f"# {config.task} evaluation of {config.model}", "", f"Decoding: {decoding}, at most "
+             f"{config.eval_max_new_tokens} new tokens. Intervals: 95%, normal, over the prompts."]  # fmt: skip
+    tables = {result["group"]: [*result["per_group"].items(), ("all", result["overall"])]}
+    tables |= {key: list(values.items()) for key, values in result.get("breakdown", {}).items()}
+    for key, rows in tables.items():
+        lines += ["", f"| {key} | prompts | accuracy (avg@{config.samples}) | " + " | ".join(pass_keys)
+                  + " | format errors | mean length |", "|---" * (5 + len(pass_keys)) + "|"]  # fmt: skip
+        for name, stats in rows:
+            passes = " | ".join(f"{100 * stats[k]:.1f}%" for k in pass_keys)
+            low, high = stats.get("accuracy_interval") or (stats["accuracy"], stats["accuracy"])
+            lines.append(
+                f"| {name} | {stats['n']} | {100 * stats['accuracy']:.1f}% [{100 * low:.1f}, {100 * high:.1f}] | "
+                f"{passes} | {100 * stats['format_error']:.1f}% | {stats['length']:.1f} |"
+            )
     if result.get("judge_errors"):  # an eval.json from before the count has none
         lines += [
             "",
@@ -201,6 +201,7 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
                         config.eval_max_new_tokens,
                         config.batch_size,
                         config.seed + part[0][0],  # seeded by position, so a resumed run samples the same
+                        breakdown=task.breakdown,
                         reward_errors=config.reward_errors,
                         reward_timeout=config.reward_timeout,
                     )

@@ -3,6 +3,7 @@ gradient share per probability bucket, and the update quality when the run logge
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -40,8 +41,22 @@ def moving_mean(values: list[float], window: int) -> list[float]:
     ]
 
 
+def curve_window(points: int) -> int:
+    """Return the moving mean's window for a curve of `points` batches: a tenth of the run, at least 3 batches."""
+    return min(points, max(3, points // 10))
+
+
+def batch_noise(values: list[float]) -> float:
+    """Return the standard deviation of one batch's value about the curve's level, from successive differences
+    (√(mean squared difference / 2)): a slow trend barely inflates it, unlike the values' own spread."""
+    if len(values) < 2:
+        return 0.0
+    return math.sqrt(statistics.fmean((b - a) ** 2 for a, b in itertools.pairwise(values)) / 2)
+
+
 def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], title: str) -> Path | None:
-    """Plot each metric key (label → key) against the step, with a moving mean; return the PNG path (None if none)."""
+    """Plot each metric key (label → key) against the step, with a moving mean and its 95% band (the batch noise of
+    `batch_noise` over the window's batches); return the PNG path (None if none)."""
     if not keys:
         return None
     import matplotlib
@@ -57,9 +72,14 @@ def plot_curves(metrics: list[dict[str, Any]], out: Path, keys: dict[str, str], 
             axis.set_visible(False)
             continue
         steps, values = zip(*points, strict=True)
-        window = max(1, len(values) // 10)
-        axis.plot(steps, values, alpha=0.3, label="per step")
-        axis.plot(steps, moving_mean(values, window), label=f"moving mean ({window})")
+        window = curve_window(len(values))
+        means = moving_mean(list(values), window)
+        noise = batch_noise(list(values))
+        half = [1.96 * noise / math.sqrt(min(i + 1, window)) for i in range(len(values))]
+        axis.plot(steps, values, "o", alpha=0.4, markersize=3, label="per batch")
+        axis.plot(steps, means, label=f"moving mean ({window} batches)")
+        axis.fill_between(steps, [m - h for m, h in zip(means, half, strict=True)],
+                          [m + h for m, h in zip(means, half, strict=True)], alpha=0.2, label="95% band")  # fmt: skip
         axis.set_xlabel("optimizer step")
         axis.set_title(label)
         axis.legend(fontsize=8)
@@ -163,6 +183,41 @@ def paired_interval(before: dict[Any, float], after: dict[Any, float], level: fl
     return mean - half, mean + half
 
 
+def categories_of(result: dict[str, Any]) -> dict[str, dict[Any, Any]]:
+    """Return {category: {prompt id: its value}} of an evaluation's records: the group (people, level), then each
+    key of the task's breakdown (math: operation)."""
+    records = result.get("records") or []
+    found = {result["group"]: {record["id"]: record["group"] for record in records}}
+    for record in records:
+        for key, value in record.get("categories", {}).items():
+            found.setdefault(key, {})[record["id"]] = value
+    return found
+
+
+def gain_table(before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    """Return, for each category with more than one value, accuracy before → after per value with the change's 95%
+    interval paired by prompt: where the gain is. None for evaluations saved without their records."""
+    old, new = per_prompt(before, "accuracy"), per_prompt(after, "accuracy")
+    if old is None or new is None:
+        return None
+    tables = []
+    for category, value_of in categories_of(after).items():
+        values = sorted(set(value_of.values()))
+        if len(values) < 2:  # one value: the overall figure again
+            continue
+        lines = [f"| {category} | prompts | before | after | change [95% interval] |", "|---|---|---|---|---|"]
+        for value in values:
+            ids = [key for key, found in value_of.items() if found == value and key in old]
+            first, last = (100 * statistics.fmean(side[key] for key in ids) for side in (old, new))
+            interval = ""
+            if len(ids) > 1:
+                low, high = paired_interval({key: old[key] for key in ids}, {key: new[key] for key in ids})
+                interval = f" [{100 * low:+.1f}, {100 * high:+.1f}]"
+            lines.append(f"| {value} | {len(ids)} | {first:.1f}% | {last:.1f}% | {last - first:+.1f} pts{interval} |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables) or None
+
+
 def policy_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     """Return the markdown table of what RL did to the policy: sampled accuracy and pass@k, then greedy accuracy,
     output length and format errors, before → after with the change and its 95% interval paired by prompt."""
@@ -200,19 +255,45 @@ def policy_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def reward_table(metrics: list[dict[str, Any]], window: int = 3) -> str | None:
-    """Return the training reward of each generated batch with its moving mean, and the mean over the first and the
-    last third of the batches (None if no batch logged a reward)."""
+def reward_trend(rewards: list[float]) -> str:
+    """Return a sentence on whether the batch rewards trend beyond their noise: the least-squares slope per batch
+    with its 95% interval and p-value (Student's t, n − 2 degrees of freedom)."""
+    if len(rewards) < 3:
+        return f"With {len(rewards)} batch(es) there is no trend to test."
+    if len(set(rewards)) == 1:
+        return "Every batch's reward is the same: there is no trend to test."
+    from scipy import stats
+
+    fit = stats.linregress(range(len(rewards)), rewards)
+    half = stats.t.ppf(0.975, len(rewards) - 2) * fit.stderr
+    verdict = (
+        "distinguishable from the batches' noise"
+        if fit.pvalue < 0.05
+        else "not distinguishable from the batches' noise at this run's size; the held-out evaluation measures the "
+        "change"
+    )
+    return (
+        f"The reward's least-squares trend is {fit.slope:+.3f} per batch [{fit.slope - half:+.3f}, "
+        f"{fit.slope + half:+.3f}] (95%, p = {fit.pvalue:.2g}, {len(rewards)} batches): {verdict}."
+    )
+
+
+def reward_table(metrics: list[dict[str, Any]]) -> str | None:
+    """Return the training reward of each generated batch with its moving mean, the mean over the first and the
+    last third of the batches, and whether the trend is distinguishable from noise (None if no batch logged a
+    reward)."""
     rewards = [(m["step"], m["reward"]) for m in metrics if "reward" in m]
     if not rewards:
         return None
-    means = moving_mean([reward for _, reward in rewards], window)
+    values = [reward for _, reward in rewards]
+    window = curve_window(len(values))
+    means = moving_mean(values, window)
     lines = [f"| step | reward | moving mean ({window}) |", "|---|---|---|"]
     lines += [f"| {step} | {reward:.3f} | {mean:.3f} |" for (step, reward), mean in zip(rewards, means, strict=True)]
     third = max(1, len(rewards) // 3)
-    first = statistics.fmean(reward for _, reward in rewards[:third])
-    last = statistics.fmean(reward for _, reward in rewards[-third:])
-    lines += ["", f"Mean reward over the first third of the batches {first:.3f}, over the last third {last:.3f}."]
+    first, last = statistics.fmean(values[:third]), statistics.fmean(values[-third:])
+    lines += ["", f"Mean reward over the first third of the batches {first:.3f}, over the last third {last:.3f}. "
+              + reward_trend(values)]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -248,6 +329,19 @@ def write_report(
         policy_table(before, after),
         "",
     ]
+    gains = {"greedy accuracy": gain_table(before, after)}
+    if "sampled" in after:
+        label = f"sampled accuracy (avg@{after['sampled']['samples']})"
+        gains = {label: gain_table(before["sampled"], after["sampled"]), **gains}
+    if any(gains.values()):
+        parts += [
+            "## Where the gain is",
+            "",
+            "Held-out accuracy by the task's categories, before → after, each change with its 95% interval paired by "
+            "prompt.",
+            "",
+        ]
+        parts += [line for label, table in gains.items() if table for line in (f"**{label}**", "", table, "")]
     rewards = reward_table(metrics)
     if rewards:
         parts += ["## Training reward per generated batch", "", rewards, ""]

@@ -200,7 +200,7 @@ def held_out_eval(
     trainer, task, rows = training.trainer, training.task, list(training.eval_rows)
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
-        max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
+        breakdown=task.breakdown, max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
         reward_errors=trainer.args.reward_errors, reward_timeout=trainer.args.reward_timeout,
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
@@ -216,10 +216,11 @@ def held_out_eval(
         # number per vocabulary entry per row and step: as long as the forward for a large vocabulary)
         fast_context = fast_generation(model, trainer.generation_weights(model), same_draws=False) if fast else None
         with fast_context or contextlib.nullcontext():
-            greedy = evaluate(rows=rows)
+            greedy = evaluate(rows=rows, description=f"{label}, greedy")
             return greedy, evaluate(
-                rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature
-            ) if run.eval_samples > 1 else None
+                rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature,
+                description=f"{label}, sampled",
+            ) if run.eval_samples > 1 else None  # fmt: skip
 
     (result, sampled), reused = remembered(cache_key, compute)
     message = f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% greedy"

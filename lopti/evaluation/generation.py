@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from tqdm.auto import tqdm
+from transformers.generation.streamers import BaseStreamer
 
 
 @torch.no_grad()
@@ -16,10 +17,12 @@ def generate(
     max_new_tokens: int = 64,
     batch_size: int = 64,
     seed: int = 0,
+    description: str = "generating",
 ) -> list[list[tuple[str, list[int]]]]:
     """Return, per prompt, `samples` (text, ids) completions; temperature 0 is greedy decoding.
 
-    `model` is a 🤗 causal LM, or a vLLM `LLM` (see `load_vllm`), which then does the decoding.
+    `model` is a 🤗 causal LM, or a vLLM `LLM` (see `load_vllm`), which then does the decoding. On a terminal, a
+    progress bar named `description` counts the answers as they end, with the time left.
     """
     if is_vllm(model):
         return generate_vllm(model, prompts, samples, temperature, max_new_tokens, seed)
@@ -27,15 +30,44 @@ def generate(
     model.eval()
     flat = [p for p in prompts for _ in range(samples)]
     outputs: list[tuple[str, list[int]]] = []
-    with torch.random.fork_rng():  # evaluating must not move the trainer's random stream
+    with (
+        torch.random.fork_rng(),  # evaluating must not move the trainer's random stream
+        tqdm(total=len(flat), desc=description, unit="answer", leave=False, disable=None) as bar,
+    ):
         torch.manual_seed(seed)
-        for start in tqdm(range(0, len(flat), batch_size), "generating", leave=False, disable=None):
-            outputs += _decode_batch(model, tokenizer, flat[start : start + batch_size], temperature, max_new_tokens)
+        for start in range(0, len(flat), batch_size):
+            texts = flat[start : start + batch_size]
+            outputs += _decode_batch(model, tokenizer, texts, temperature, max_new_tokens, AnswersEnded(bar, tokenizer))
     return [outputs[i * samples : (i + 1) * samples] for i in range(len(prompts))]
 
 
+class AnswersEnded(BaseStreamer):
+    """A `generate` streamer that advances a progress bar by one as each row's answer ends: generate streams the
+    prompts, then each step's token of every row (padding after a row's end), then calls `end`, when the rows cut
+    at the answer budget count too."""
+
+    def __init__(self, bar: tqdm, tokenizer) -> None:
+        self.bar, self.end_token_id = bar, tokenizer.eos_token_id
+        self.ended: torch.Tensor | None = None  # which rows have ended, once generate has streamed the prompts
+        self.counted = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.ended is None:
+            self.ended = torch.zeros(len(value), dtype=torch.bool)
+        else:
+            self.ended |= value.flatten().cpu() == self.end_token_id
+            self.advance(int(self.ended.sum()))
+
+    def end(self) -> None:
+        self.advance(len(self.ended))
+
+    def advance(self, ended: int) -> None:
+        self.bar.update(ended - self.counted)
+        self.counted = ended
+
+
 def _decode_batch(
-    model, tokenizer, texts: list[str], temperature: float, max_new_tokens: int
+    model, tokenizer, texts: list[str], temperature: float, max_new_tokens: int, streamer: BaseStreamer | None = None
 ) -> list[tuple[str, list[int]]]:
     """Return (text, ids) for each prompt of one batch, cut after the first end-of-sequence token."""
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
@@ -45,6 +77,7 @@ def _decode_batch(
         max_new_tokens=max_new_tokens,
         do_sample=temperature > 0,
         pad_token_id=tokenizer.pad_token_id,
+        streamer=streamer,
         **sampling,
     )[:, batch["input_ids"].shape[1] :]
     outputs = []

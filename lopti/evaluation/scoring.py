@@ -1,4 +1,5 @@
-"""Held-out scoring: judge generated answers, accuracy per group (people, level), pass@k, format errors, length.
+"""Held-out scoring: judge generated answers, accuracy per group (people, level) and per category of the task's
+breakdown (math: operation), pass@k, format errors, length.
 
 A judge that raises on an answer or outlasts `reward_timeout` stops the evaluation with one line naming it, the
 exception and the answer (`lopti.bounded`, as for training rewards); with `reward_errors: skip` such an answer
@@ -8,8 +9,10 @@ counts as wrong and not well formed, and `judge_errors` says how many there were
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import Any
 
 from lopti.bounded import TimeLimitExceeded, call_within, check_reward_errors, over_time, raised_on
@@ -57,21 +60,26 @@ def judge_rows(
     batch_size: int = 64,
     seed: int = 0,
     *,
+    breakdown: tuple[str, ...] = (),
+    description: str = "generating",
     reward_errors: str = "stop",
     reward_timeout: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Return one record per row: its id, its `group` value, per sample: correct, well formed, length, and the
-    number of samples the judge raised on (`judge_errors`, with `reward_errors="skip"`; see the module).
+    """Return one record per row: its id, its `group` value, its value of each `breakdown` key it has
+    (`categories`), per sample: correct, well formed, length, and the number of samples the judge raised on
+    (`judge_errors`, with `reward_errors="skip"`; see the module). `description` names the decoding's progress bar.
 
     `judge(text, row)` says whether an answer is (correct, well formed); the text includes the prompt's
     pre-filled "<think>". A completion that did not end on its end-of-sequence token is neither.
     """
     judged = bounded_judge(judge, reward_errors, reward_timeout)
     texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
-    completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed)
+    completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed, description)
     records = []
     for row, text_in, outs in zip(rows, texts, completions, strict=True):
-        record = {"id": row.get("id"), "group": row[group], "correct": [], "well_formed": [], "length": []}
+        categories = {key: row[key] for key in breakdown if row.get(key) is not None}
+        record = {"id": row.get("id"), "group": row[group], "categories": categories, "correct": [],
+                  "well_formed": [], "length": []}  # fmt: skip
         record["judge_errors"] = 0  # samples `judged` returned None for
         for text, ids in outs:
             ended = ended_properly(ids, tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -86,31 +94,50 @@ def judge_rows(
 
 
 def summarise(records: list[dict[str, Any]], group: str, samples: int, temperature: float) -> dict[str, Any]:
-    """Return metrics per group value and overall from `judge_rows` records, and the samples the judge raised on.
+    """Return metrics per group value, per value of each breakdown key the records carry, and overall from
+    `judge_rows` records, and the samples the judge raised on.
 
     accuracy = mean over samples (avg@k); pass@k for k = 1 and `samples` (unbiased); format_error = share
     of samples that are not well formed; length = mean completion tokens.
     """
-    per_group: dict[Any, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by_group: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    by_category: dict[str, dict[Any, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
-        stats, correct = per_group[record["group"]], record["correct"]
-        stats["accuracy"].append(sum(correct) / len(correct))
-        for k in sorted({1, samples}):
-            stats[f"pass@{k}"].append(pass_at_k(len(correct), sum(correct), k))
-        stats["format_error"] += [float(not ok) for ok in record["well_formed"]]
-        stats["length"] += [float(n) for n in record["length"]]
-    table = {
-        str(key): {name: sum(v) / len(v) for name, v in stats.items()} | {"n": len(stats["accuracy"])}
-        for key, stats in sorted(per_group.items())
-    }
-    everything = defaultdict(list)
-    for stats in per_group.values():
-        for name, values in stats.items():
-            everything[name] += values
-    overall = {name: sum(v) / len(v) for name, v in everything.items()} | {"n": len(records)}
+        by_group[record["group"]].append(record)
+        for key, value in record.get("categories", {}).items():  # a record without them has none
+            by_category[key][value].append(record)
     errors = sum(record.get("judge_errors", 0) for record in records)  # a record without the count has none
-    result = {"group": group, "per_group": table, "overall": overall, "samples": samples, "temperature": temperature}
-    return result | {"judge_errors": errors}
+    return {
+        "group": group,
+        "per_group": metrics_by_value(by_group, samples),
+        "breakdown": {key: metrics_by_value(values, samples) for key, values in by_category.items()},
+        "overall": metrics([record for group_records in by_group.values() for record in group_records], samples),
+        "samples": samples,
+        "temperature": temperature,
+        "judge_errors": errors,
+    }
+
+
+def metrics(records: list[dict[str, Any]], samples: int) -> dict[str, Any]:
+    """Return the metrics of `summarise` over `records`, their number `n`, and the 95% normal interval of the
+    accuracy over the prompts (`accuracy_interval`; a single prompt's is the point itself)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        correct = record["correct"]
+        values["accuracy"].append(sum(correct) / len(correct))
+        for k in sorted({1, samples}):
+            values[f"pass@{k}"].append(pass_at_k(len(correct), sum(correct), k))
+        values["format_error"] += [float(not ok) for ok in record["well_formed"]]
+        values["length"] += [float(n) for n in record["length"]]
+    means = {name: sum(v) / len(v) for name, v in values.items()}
+    spread = statistics.stdev(values["accuracy"]) if len(records) > 1 else 0.0
+    half = NormalDist().inv_cdf(0.975) * spread / math.sqrt(len(records))
+    return means | {"n": len(records), "accuracy_interval": [means["accuracy"] - half, means["accuracy"] + half]}
+
+
+def metrics_by_value(records_by_value: dict[Any, list[dict[str, Any]]], samples: int) -> dict[str, dict[str, float]]:
+    """Return `metrics` of each value's records, keyed by the value as text, in the values' order."""
+    return {str(value): metrics(records, samples) for value, records in sorted(records_by_value.items())}
 
 
 def evaluate_rows(
@@ -124,12 +151,12 @@ def evaluate_rows(
     max_new_tokens: int = 64,
     batch_size: int = 64,
     seed: int = 0,
-    **limits: Any,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Return metrics per value of `group` (e.g. people, level) and overall: `summarise` of `judge_rows` (whose
-    `reward_errors` and `reward_timeout` `limits` take), with the per-prompt records under "records" (for intervals
-    paired by prompt)."""
+    """Return metrics per value of `group` (e.g. people, level), per breakdown category and overall: `summarise` of
+    `judge_rows` (whose keyword-only settings `options` take), with the per-prompt records under "records" (for
+    intervals paired by prompt)."""
     records = judge_rows(
-        model, tokenizer, rows, judge, group, samples, temperature, max_new_tokens, batch_size, seed, **limits
+        model, tokenizer, rows, judge, group, samples, temperature, max_new_tokens, batch_size, seed, **options
     )
     return summarise(records, group, samples, temperature) | {"records": records}

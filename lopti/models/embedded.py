@@ -175,7 +175,7 @@ def build_smollm2(folder: Path) -> None:
 
     gguf = smollm2_gguf()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # transformers 5.9 reads the GGUF's end-of-sequence token as <|im_start|>: generation would then not stop at the
     # end of an answer, and every reward that checks the answer's end would be 0. The model's generation config
     # names the token it ends on (<|im_end|>), which newer transformers also pads with.

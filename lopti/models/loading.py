@@ -79,7 +79,7 @@ def load_tokenizer(name_or_path: str):
 
 
 def load_model(name_or_path: str, **kwargs: Any):
-    """Return the causal LM at `name_or_path` (fp32 unless `torch_dtype` says otherwise)."""
+    """Return the causal LM at `name_or_path` (fp32 unless `dtype` says otherwise)."""
     from transformers import AutoModelForCausalLM
 
     try:

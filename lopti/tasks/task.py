@@ -3,8 +3,8 @@
 A task (lopti/tasks/kk, lopti/tasks/math, or one of your own, added with `lopti.tasks.registry.register_task`)
 turns `TaskData` settings into (train, held-out) rows whose `prompt` is what the trainer feeds the model, names
 its reward functions, judges one evaluation answer as (correct, well formed), says how its results are grouped
-(K&K: by number of people; math: by level) and how its data reads in a model card, and may bring a `lopti data`
-command and a default `lopti train` recipe. Nothing outside lopti/tasks names a task.
+(K&K: by number of people; math: by level, then by operation) and how its data reads in a model card, and may bring
+a `lopti data` command and a default `lopti train` recipe. Nothing outside lopti/tasks names a task.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class Task:
     # the TaskData keys `rows` reads besides task and template; a setting given for one it does not read is refused
     # (a K&K `people` on a math run would otherwise change nothing, silently). None: it may read every key
     data_keys: tuple[str, ...] | None = None
+    # further row keys held-out results are broken down by, where a row has them (math: "operation")
+    breakdown: tuple[str, ...] = ()
 
     def accuracy_metric(self) -> str:
         """Return the metrics.jsonl key of the accuracy reward's batch mean (TRL logs a reward under its

@@ -15,7 +15,8 @@ the argmax over the rows still sampling consumes the same random numbers in the 
 (`draws_like_multinomial` checks this once per process; where it fails, generate's own loop runs). The logits
 processors are the objects generate built, applied as generate applies them; the loop runs only with the
 row-wise ones TRL's sampling settings create (temperature, top-k, top-p, min-p; not the repetition penalty),
-stops only at the end-of-sequence tokens and the maximum length, and needs a full-attention dynamic cache and
+stops only at the end-of-sequence tokens and the maximum length, streams each step's tokens as generate's loop does
+(padding after a row's end: a streamer shows progress), and needs a full-attention dynamic cache and
 left padding (after a prefix all rows share, see `packing.prefix_first`). Anything else runs generate's own loop.
 
 During the loop the model's sdpa attention runs its single-query steps through `single_query_attention`
@@ -285,7 +286,6 @@ def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, gener
     return (
         generation_config.get_generation_mode() in (GenerationMode.SAMPLE, GenerationMode.GREEDY_SEARCH)
         and not generation_config.return_dict_in_generate
-        and streamer is None
         and set(model_kwargs) <= MODEL_INPUTS
         and model_kwargs.get("use_cache") is not False
         and mask is not None
@@ -363,6 +363,8 @@ def sample_unfinished_rows(
             else:
                 tokens = draw_by_inverse_cdf(torch.softmax(scores, dim=-1))
             sequences[rows[live], length] = tokens[live]  # an ended row keeps the padding after its end
+            if streamer is not None:  # every row's token of this step, as generate's loop streams them
+                streamer.put(sequences[:, length].cpu())
             length += 1
             if end_tokens is not None:
                 live &= ~torch.isin(tokens, end_tokens)
@@ -375,4 +377,6 @@ def sample_unfinished_rows(
                 cache.batch_select_indices(kept)
                 shared = None if shared is None else shared.of_rows(prompt_of_row[rows])
             tokens, position_ids = tokens[:, None], positions[rows, -1:] + (length - width)
+    if streamer is not None:
+        streamer.end()
     return sequences[:, :length]

@@ -209,7 +209,13 @@ def shared_prefill_generate(
                 )  # fmt: skip
         if len(distinct) < len(input_ids):
             cache.batch_select_indices(group_of_row)
+    # generate hands a custom decoding method no streamer (transformers 5.9-5.25 drop it): the loop gets it here, after
+    # the prompts generate would have streamed first
+    streamer = kwargs.pop("streamer", None)
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    loop = functools.partial(sample_unfinished_rows, same_draws=same_draws, streamer=streamer)
     return generate(
-        model, input_ids=input_ids, attention_mask=attention_mask, **{CACHE_KEYWORD: cache},
-        custom_generate=functools.partial(sample_unfinished_rows, same_draws=same_draws), **kwargs,
+        model, input_ids=input_ids, attention_mask=attention_mask, **{CACHE_KEYWORD: cache}, custom_generate=loop,
+        **kwargs,
     )  # fmt: skip

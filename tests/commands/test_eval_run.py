@@ -123,11 +123,15 @@ def test_cli_bad_input_is_one_line(tiny_model_dir, tmp_path, capsys):
 
 def test_cli_eval_math_from_a_recipe(tiny_model_dir, tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("task: math\nlevels: '3'\neval_puzzles: 2\ntemplate: raw\neval_max_new_tokens: 4\n")
+    recipe.write_text("task: math\nlevels: '2-3'\neval_puzzles: 2\ntemplate: raw\neval_max_new_tokens: 4\n")
     out = tmp_path / "ev"
     assert main(["eval", "--model", str(tiny_model_dir), "--config", str(recipe), "--out", str(out)]) == 0
     result = json.loads((out / "eval.json").read_text())
     assert result["group"] == "level" and result["per_group"]["3"]["n"] == 2
+    operations = result["breakdown"]["operation"]  # the same prompts, by the operation each asks for
+    assert sum(stats["n"] for stats in operations.values()) == 4 and "linear equation" in operations
+    table = (out / "eval.md").read_text()
+    assert "| operation | prompts |" in table and "| linear equation | 2 |" in table
     assert json.loads((out / "settings.json").read_text())["template"] == "raw"
 
 

@@ -426,3 +426,34 @@ def test_the_cache_keyword_is_the_one_the_models_take():
     """The prefill and the loop pass the KV cache by the name this transformers' models take (`cache` in newer ones,
     `past_key_values` in older ones), so the fast path runs on every transformers lopti allows."""
     assert decode.CACHE_KEYWORD in inspect.signature(Qwen2ForCausalLM.forward).parameters
+
+
+class Recorder:
+    """A generate streamer that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.columns: list[torch.Tensor] = []
+        self.ended = False
+
+    def put(self, value: torch.Tensor) -> None:
+        self.columns.append(value.clone())
+
+    def end(self) -> None:
+        self.ended = True
+
+
+def test_a_streamer_gets_the_tokens_generate_streams_and_the_loop_still_runs(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    config = GenerationConfig(do_sample=True, pad_token_id=0, **SETTINGS["ends-inside"])
+    ids, mask = left_padded(model.config.vocab_size, [9, 14, 5, 7, 11, 3], 1, seed=2)
+    streamed = {}
+    for name, generate in {"generate": type(model).generate, "fast": shared_prefill_generate}.items():
+        recorder = Recorder()
+        streaming = functools.partial(generate, streamer=recorder)
+        streamed[name] = (*sample(streaming, model, ids, mask, config, seed=2), recorder)
+    (expected, _, _, by_generate), (sequences, rows, _, by_loop) = streamed["generate"], streamed["fast"]
+    assert torch.equal(sequences, expected) and rows[-1] < len(ids)  # the loop ran: ended rows left the batch
+    assert by_generate.ended and by_loop.ended
+    steps = zip(by_loop.columns[1:], by_generate.columns[1:], strict=True)  # after the prompts: each step's tokens
+    assert all(torch.equal(ours, theirs) for ours, theirs in steps)

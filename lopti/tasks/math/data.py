@@ -1,8 +1,8 @@
 """Math data: the offline generated set, and loaders for DeepScaleR/verl and plain {problem, answer} files.
 
-Rows everywhere carry lopti's fields (`id`, `level`, `problem`, `answer`, `prompt` as chat messages) and
-the verl schema (`data_source`, `ability`, `reward_model.ground_truth`, `extra_info`), so the same file
-trains with `lopti train` and with verl.
+Rows everywhere carry lopti's fields (`id`, `level`, `problem`, `answer`, `prompt` as chat messages; generated
+ones also the `operation` they ask for) and the verl schema (`data_source`, `ability`, `reward_model.ground_truth`,
+`extra_info`), so the same file trains with `lopti train` and with verl.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def math_records(
                     {
                         "id": f"math-l{level}-{split}-{index:05d}",
                         "level": level,
+                        "operation": problem.operation,
                         "problem": problem.text,
                         "answer": problem.answer_latex,
                         "prompt": render_prompt(problem.text, template),
@@ -148,10 +149,10 @@ def load_math_rows(path: str | Path, template: str = "chat") -> list[dict[str, A
 
 
 def trainer_rows(rows: list[dict[str, Any]], template: str) -> list[dict[str, Any]]:
-    """Return rows with `prompt` in the form the trainer feeds the model, and only the fields it needs."""
-    return [
-        {"prompt": trainer_prompt(r["prompt"], template), **{k: r[k] for k in ("id", "level", "answer")}} for r in rows
-    ]
+    """Return rows with `prompt` in the form the trainer feeds the model, and only the fields it needs (a generated
+    problem's operation too, which held-out results are broken down by)."""
+    kept = ("id", "level", "answer", "operation")
+    return [{"prompt": trainer_prompt(r["prompt"], template), **{k: r[k] for k in kept if k in r}} for r in rows]
 
 
 def load_math(path: str | Path, template: str = "chat"):

@@ -23,11 +23,12 @@ CONTAINERS = ("box", "bag", "jar", "crate", "packet")
 
 @dataclass(frozen=True)
 class Problem:
-    """A problem text and its exact answer."""
+    """A problem text, its exact answer, and the operation it asks for (held-out results are broken down by it)."""
 
     level: int
     text: str
     answer: Fraction
+    operation: str
 
     @property
     def answer_latex(self) -> str:
@@ -55,10 +56,10 @@ def _level1(rng: random.Random) -> Problem:
     have, change = rng.randint(5, 60), rng.randint(2, 40)
     if rng.random() < 0.5:
         text = f"{name} has {have} {things} and gets {change} more. How many {things} does {name} have now?"
-        return Problem(1, text, Fraction(have + change))
+        return Problem(1, text, Fraction(have + change), "addition")
     have += change
     text = f"{name} has {have} {things} and gives away {change}. How many {things} does {name} have left?"
-    return Problem(1, text, Fraction(have - change))
+    return Problem(1, text, Fraction(have - change), "subtraction")
 
 
 def _level2(rng: random.Random) -> Problem:
@@ -69,13 +70,13 @@ def _level2(rng: random.Random) -> Problem:
             f"A {container} holds {per} {things}. {name} buys {count} {_plural(container)} and finds {extra} more "
             f"{things}. How many {things} does {name} have?"
         )
-        return Problem(2, text, Fraction(per * count + extra))
+        return Problem(2, text, Fraction(per * count + extra), "product, then sum")
     total = per * count
     text = (
         f"{name} shares {total} {things} equally among {count} friends, then gives each friend {extra} more. "
         f"How many {things} does each friend have?"
     )
-    return Problem(2, text, Fraction(per + extra))
+    return Problem(2, text, Fraction(per + extra), "quotient, then sum")
 
 
 def _plural(noun: str) -> str:
@@ -86,7 +87,7 @@ def _level3(rng: random.Random) -> Problem:
     root, coefficient = rng.randint(-12, 12), rng.choice([c for c in range(-9, 10) if c not in (0, 1)])
     constant = rng.randint(-30, 30)
     text = f"Solve for x: {_linear(coefficient, constant)} = {coefficient * root + constant}."
-    return Problem(3, text, Fraction(root))
+    return Problem(3, text, Fraction(root), "linear equation")
 
 
 def _level4(rng: random.Random) -> Problem:
@@ -97,7 +98,7 @@ def _level4(rng: random.Random) -> Problem:
     a, b = rng.randint(-20, 20), rng.randint(-20, 20)
     root = Fraction(b - a, left - right)
     text = f"Solve for x: {_linear(left, a)} = {_linear(right, b)}. Give x exactly."
-    return Problem(4, text, root)
+    return Problem(4, text, root, "x on both sides")
 
 
 def _level5(rng: random.Random) -> Problem:
@@ -111,7 +112,7 @@ def _level5(rng: random.Random) -> Problem:
     p, q = rng.randint(1, 5), rng.choice([-3, -2, -1, 1, 2, 3])
     target = f"{_linear(p, 0)} {'+' if q > 0 else '-'} {_linear(abs(q), 0, 'y')}"
     text = f"If {first} = {a * x + b * y} and {second} = {c * x + d * y}, what is {target}?"
-    return Problem(5, text, Fraction(p * x + q * y))
+    return Problem(5, text, Fraction(p * x + q * y), "two equations")
 
 
 MAKERS = {1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5}

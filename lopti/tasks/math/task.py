@@ -1,4 +1,5 @@
-"""The math task: generated word problems or a file of problems, math-verify's reward, grouped by level."""
+"""The math task: generated word problems or a file of problems, math-verify's reward, grouped by level and
+operation."""
 
 from __future__ import annotations
 
@@ -79,4 +80,5 @@ MATH = Task(
     data_settings=MathData,
     recipe="math-smollm2-ar-cpu.yaml",
     data_keys=("levels", "train_file", "eval_file", "train_puzzles", "eval_puzzles", "data_seed"),
+    breakdown=("operation",),
 )

@@ -50,6 +50,25 @@ def test_every_answer_is_exact(level: int) -> None:
             assert math_score(f"\\boxed{{{problem.answer_latex}}}", problem.answer_latex) == 1.0
 
 
+def test_each_problem_names_the_operation_its_text_asks_for() -> None:
+    verbs = {
+        "addition": "gets",
+        "subtraction": "gives away",
+        "product, then sum": "buys",
+        "quotient, then sum": "shares",
+    }
+    stories = {1: {"addition", "subtraction"}, 2: {"product, then sum", "quotient, then sum"}}
+    for level in LEVELS:
+        problems = generate_problems(60, level, seed=1, test=True)
+        operations = {problem.operation for problem in problems}
+        if level in stories:  # a story: its verb says the operation, and both of the level's kinds occur
+            assert operations == stories[level] and all(verbs[p.operation] in p.text for p in problems)
+        else:
+            assert len(operations) == 1
+    rows = math_records("1", train=2, test=5, seed=0)["test"]
+    assert all(row["operation"] in stories[1] for row in rows)
+
+
 def test_fractional_answers_are_written_in_lowest_terms() -> None:
     assert latex_number(Fraction(-11, 2)) == "-\\frac{11}{2}"
     assert latex_number(Fraction(6, 3)) == "2"
