@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
+from statistics import NormalDist
 
 import pytest
 
 ROOT = Path(__file__).parents[1]
 PAGE = ROOT / "docs" / "results.md"
 MARKER = re.compile(r"<!-- record: (\S+) -->")
+ALSO = re.compile(r"<!-- also: (\S+) -->")  # a record a section's prose cites besides its tables' own
 PERCENT = re.compile(r"(\d+\.\d+)(?:–(\d+\.\d+))?%")
 RL_TIME = re.compile(r"RL took (\d+)–(\d+) s per run")
 
@@ -60,12 +63,19 @@ def per_seed(runs: dict[str, dict], variant: str) -> str:
 
 
 def record_percentages(records: list[Path]) -> set[str]:
-    """Return every one-decimal number the records state: in their markdown, and every share in their JSON in %."""
+    """Return every one-decimal number the records state: in their markdown and their runs' reports, every share in
+    their JSON in %, and every share of their runs' own evaluations (overall, per group and per category) in %."""
     found: set[str] = set()
     for record in records:
         found |= set(re.findall(r"\d+\.\d", record.read_text()))
         for path in [record.parent / "results.json"] if study_runs(record) else []:
             found |= {f"{value * 100:.1f}" for value in _numbers(json.loads(path.read_text())) if 0 <= value <= 1}
+        for path in record.parent.glob("runs/*/report.md"):
+            found |= set(re.findall(r"\d+\.\d", path.read_text()))
+        for path in record.parent.glob("runs/*/eval_*.json"):
+            result = json.loads(path.read_text())
+            shares = _numbers([result["overall"], result["per_group"], result.get("breakdown", {})])
+            found |= {f"{value * 100:.1f}" for value in shares if 0 <= value <= 1}
     return found
 
 
@@ -83,7 +93,11 @@ def sections(text: str) -> list[str]:
 
 
 def finding_sections() -> list[tuple[str, list[Path]]]:
-    return [(section, [ROOT / path for path in MARKER.findall(section)]) for section in sections(PAGE.read_text())]
+    """Return each section with its records: those of its tables, then those its prose cites (`ALSO`)."""
+    return [
+        (section, [ROOT / path for path in MARKER.findall(section) + ALSO.findall(section)])
+        for section in sections(PAGE.read_text())
+    ]
 
 
 def check_tables(section: str, records: list[Path]) -> int:
@@ -225,3 +239,43 @@ def test_the_readmes_first_run_paragraph_is_the_fifteen_bf16_runs_of_the_default
     length, sampled_length = span("", "length", 1, 1), span("_sampled", "length", 1, 1)
     assert f"greedy answers grew from {length[0]} to {length[1]} tokens (longer on {longer} of 15 seeds)" in readme
     assert f"sampled ones stayed near 40 ({sampled_length[1]})" in readme
+
+
+def test_the_readmes_detectable_differences_are_the_default_studys():
+    """What the registered study on the default recipe could detect against GRPO (80% power, uncorrected and at
+    Holm's first step over its 5 primary comparisons), and the seeds a one-point difference would need."""
+    from lopti.experiments.statistics import detectable_difference
+
+    study = ROOT / "results/study-default"
+    runs = json.loads((study / "results.json").read_text())["runs"]
+    sampled = {
+        (run["variant"], run["seed"]): json.loads((study / "runs" / name / "eval_after_sampled.json").read_text())
+        for name, run in runs.items()
+    }
+    seeds = sorted({seed for _, seed in sampled})
+
+    def spread(variant: str) -> float:
+        differences = [100 * (sampled[variant, s]["overall"]["accuracy"] - sampled["grpo", s]["overall"]["accuracy"])
+                       for s in seeds]  # fmt: skip
+        return statistics.stdev(differences)
+
+    spreads = [spread(variant) for variant in ("ar", "lopti", "ar+lopti")]
+    plain = [detectable_difference(s, len(seeds)) for s in spreads]
+    holm = [detectable_difference(s, len(seeds), alpha=0.05 / 5) for s in spreads]
+    needed = ((NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)) * spreads[0]) ** 2  # AR − GRPO, 1 point
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"detect {min(plain):.1f}–{max(plain):.1f} points at 80% power" in readme
+    assert f"({min(holm):.1f}–{max(holm):.1f} at Holm's first step)" in readme
+    assert round(needed, -2) == 200 and "one-point math gain would need ~200" in readme
+
+
+def test_the_performance_pages_first_runs_are_their_reports():
+    """The first-run table of docs/performance.md gives each run's wall time and phases as its report.md does."""
+    page = (ROOT / "docs/performance.md").read_text()
+    for label, run in (("first run, empty cache (seed 0)", "bf16-seed0"), ("later run (seed 1)", "bf16-seed1")):
+        report = (ROOT / "results/default-seeds" / run / "report.md").read_text()
+        wall, phases = re.search(r"Wall time: (\d+) s \((.*)\)\.", report).groups()
+        seconds = [re.search(r"(\d+) s", phase).group(1) for phase in phases.split(" · ")]
+        row = next(line for line in page.splitlines() if line.startswith(f"| {label} |"))
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1] == f"{wall} s" and [cell.split(" s")[0] for cell in cells[2:]] == seconds, row
