@@ -288,8 +288,7 @@ def _loop_applies(model_kwargs: dict, logits_processor, stopping_criteria, gener
         and not generation_config.return_dict_in_generate
         and set(model_kwargs) <= MODEL_INPUTS
         and model_kwargs.get("use_cache") is not False
-        and mask is not None
-        and padded_before_the_end(mask)  # positions follow from the mask
+        and (mask is None or padded_before_the_end(mask))  # positions follow from the mask
         and isinstance(cache, Cache)
         and all(type(layer) in (DynamicLayer, PreallocatedLayer) for layer in cache.layers)  # rows selectable
         and all(type(processor) in ROW_WISE_PROCESSORS for processor in logits_processor)
@@ -323,7 +322,9 @@ def sample_unfinished_rows(
             model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
             generation_config=generation_config, synced_gpus=synced_gpus, streamer=streamer, **model_kwargs,
         )  # fmt: skip
-    cache, mask = model_kwargs[CACHE_KEYWORD], model_kwargs["attention_mask"]
+    cache, mask = model_kwargs[CACHE_KEYWORD], model_kwargs.get("attention_mask")
+    if mask is None:  # generate drops a mask of ones (transformers 5.25): no row is padded
+        mask = torch.ones_like(input_ids)
     ends = [criterion.eos_token_id.flatten() for criterion in stopping_criteria if type(criterion) is EosTokenCriteria]
     end_tokens = torch.cat(ends) if ends else None
     max_length = min(criterion.max_length for criterion in stopping_criteria if type(criterion) is MaxLengthCriteria)

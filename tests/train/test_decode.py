@@ -109,6 +109,14 @@ def test_ended_rows_left_in_the_batch_until_they_leave_together_change_no_token(
     assert sampled < forwards < 2 * sampled and forwards < len(ids) * completions.size(1)
 
 
+def test_prompts_of_one_length_run_the_loop_though_generate_drops_their_mask_of_ones(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    model.generation_config.eos_token_id = None
+    (expected, _, generate_state), (ours, our_rows, our_state), _ = both_ways(model, seed=1, lengths=(9, 9, 9))
+    assert torch.equal(ours, expected) and torch.equal(our_state, generate_state)
+    assert our_rows[-1] < 12  # ended rows left the batch: the loop ran, not generate's own
+
+
 def test_the_cache_is_preallocated_for_a_budget_given_as_an_argument(tiny_model_dir, monkeypatch):
     capacities = []
 
