@@ -29,6 +29,7 @@ from lopti.experiments.statistics import paired_difference, smallest_p
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "math-smollm2-ar-cpu.yaml"
 SEEDS, PRECISIONS, MIN_GAIN = (0, 1, 2, 3, 4), ("bf16", "fp32"), 10.0
+HELD_OUT = ["--eval_puzzles", "500", "--eval_sampled_prompts", "200"]  # the held-out sizes of the study's records
 
 
 def train(out: Path, precision: str, seed: int) -> Path:
@@ -36,7 +37,7 @@ def train(out: Path, precision: str, seed: int) -> Path:
     folder = out / f"{precision}-seed{seed}"
     if not (folder / "report.md").is_file():
         argv = ["train", "--config", str(CONFIG), "--seed", str(seed), "--bf16", str(precision == "bf16").lower(),
-                "--output_dir", str(folder)]  # fmt: skip
+                *HELD_OUT, "--output_dir", str(folder)]  # fmt: skip
         if lopti([*argv, "--resume"] if (folder / "config.yaml").is_file() else argv) != 0:
             raise SystemExit(f"{folder}: lopti train failed")
     return folder

@@ -32,6 +32,7 @@ from lopti.tasks.registry import get_task
 from lopti.train.precision import native_bf16
 
 DEFAULT_RECIPE = "configs/math-smollm2-ar-cpu.yaml"
+HELD_OUT = {"eval_puzzles": 500, "eval_sampled_prompts": 200}  # the held-out sizes of the decomposition's records
 # the last "a op b = c" of an answer; the model writes -, −, x, × and * as well as + and /
 EQUATION = re.compile(r"(\d+)\s*([-+−x×*/÷])\s*(\d+)\s*=\s*(\d+)")
 OPERATIONS = {"+": "+", "-": "-", "−": "-", "x": "*", "×": "*", "*": "*", "/": "/", "÷": "/"}
@@ -134,7 +135,7 @@ def main() -> None:
     if not args.out.parent.is_dir():
         parser.error(f"--out {args.out}: folder {args.out.parent} does not exist")
     try:  # every input checked before the model is loaded
-        run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/math-decomposition"}))
+        run, _ = split(resolve(args.config, {"output_dir": "/tmp/lopti-bench/math-decomposition", **HELD_OUT}))
         folder = resolve_model(args.model or run.model)
     except (OSError, ValueError) as error:
         parser.error(str(error))

@@ -229,12 +229,10 @@ def test_the_readmes_first_run_paragraph_is_the_fifteen_bf16_runs_of_the_default
         span("_sampled", "pass@2", 100, 0),
         span("", "accuracy", 100, 0),
     )
-    assert (
-        f"held-out sampled accuracy (avg@2 at T = 0.7, 200 problems) rose from {sampled[0]}% to {sampled[1]}%" in readme
-    )
-    assert (
-        f"pass@2 from {passed[0]}% to {passed[1]}%, greedy accuracy (500) from {greedy[0]}% to {greedy[1]}%" in readme
-    )
+    sizes = {(overall(run, "eval_after_sampled.json")["n"], overall(run, "eval_after.json")["n"]) for run in runs}
+    assert sizes == {(200, 500)} and "over 15 bf16 seeds (evaluated on 200 sampled, 500 greedy)" in readme
+    assert f"sampled accuracy (avg@2, T = 0.7) rose from {sampled[0]}% to {sampled[1]}%" in readme
+    assert f"pass@2 from {passed[0]}% to {passed[1]}%, greedy accuracy from {greedy[0]}% to {greedy[1]}%" in readme
     longer = sum(overall(run, "eval_after.json")["length"] > overall(run, "eval_before.json")["length"] for run in runs)
     length, sampled_length = span("", "length", 1, 1), span("_sampled", "length", 1, 1)
     assert f"greedy answers grew from {length[0]} to {length[1]} tokens (longer on {longer} of 15 seeds)" in readme
