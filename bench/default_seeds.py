@@ -1,9 +1,8 @@
-"""The default recipe on its held-out set, seeds 0-4, in bf16 and in fp32: does RL improve the sampled policy on
-every seed, and does the precision change the answer beyond the seed spread?
-
-Each run is `lopti train --seed S --bf16 B` (configs/math-smollm2-ar-cpu.yaml, the learning rate chosen by
-bench/default_select.py). Per run the table gives sampled accuracy (avg@2 at T = 0.7, 200 problems), pass@2,
-greedy accuracy (500 problems), output length and format errors, before → after, and the mean training reward over
+"""The default recipe on its held-out set, seeds 0-4, in bf16 and in fp32: does RL improve the sampled policy on every
+seed, and does the precision change the answer beyond the seed spread? Each run is `lopti train --seed S --bf16 B`
+(configs/math-smollm2-ar-cpu.yaml, the learning rate chosen by bench/default_select.py). Per run the table gives
+sampled accuracy (avg@2 at T = 0.7; 200 problems, or the recipe's 100 with --held_out recipe), pass@2, greedy
+accuracy (500 problems, or 100), output length and format errors, before → after, and the mean training reward over
 the first and the last third of the batches. A run meets the bar when its sampled and greedy gains are each ≥ 10
 points, pass@2 is not below the start beyond the 95% interval of its change (paired by problem), and the reward's
 last third is above its first. Per precision: the mean and the range over the seeds; bf16 − fp32 seed by seed.
@@ -29,15 +28,16 @@ from lopti.experiments.statistics import paired_difference, smallest_p
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "math-smollm2-ar-cpu.yaml"
 SEEDS, PRECISIONS, MIN_GAIN = (0, 1, 2, 3, 4), ("bf16", "fp32"), 10.0
-HELD_OUT = ["--eval_puzzles", "500", "--eval_sampled_prompts", "200"]  # the held-out sizes of the study's records
+# the held-out sizes: "records", those of results/default-seeds (500 greedy, 200 sampled); "recipe", the recipe's own
+HELD_OUT = {"records": ["--eval_puzzles", "500", "--eval_sampled_prompts", "200"], "recipe": []}
 
 
-def train(out: Path, precision: str, seed: int) -> Path:
-    """Train one run (or finish or reuse it); return its folder."""
+def train(out: Path, precision: str, seed: int, held_out: list[str]) -> Path:
+    """Train one run (or finish or reuse it) with `held_out`'s evaluation flags; return its folder."""
     folder = out / f"{precision}-seed{seed}"
     if not (folder / "report.md").is_file():
         argv = ["train", "--config", str(CONFIG), "--seed", str(seed), "--bf16", str(precision == "bf16").lower(),
-                *HELD_OUT, "--output_dir", str(folder)]  # fmt: skip
+                *held_out, "--output_dir", str(folder)]  # fmt: skip
         if lopti([*argv, "--resume"] if (folder / "config.yaml").is_file() else argv) != 0:
             raise SystemExit(f"{folder}: lopti train failed")
     return folder
@@ -123,13 +123,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", help='runs to train here, e.g. "bf16:0,1;fp32:2"')
+    parser.add_argument("--held_out", choices=sorted(HELD_OUT), default="records",
+                        help="records: 500 greedy, 200 sampled problems; recipe: the recipe's own sizes")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.only:
         for part in args.only.split(";"):
             precision, seeds = part.split(":")
             for seed in seeds.split(","):
-                train(args.out, precision, int(seed))
+                train(args.out, precision, int(seed), HELD_OUT[args.held_out])
         return
     runs = [summary(args.out / f"{p}-seed{s}") for p in PRECISIONS for s in SEEDS
             if (args.out / f"{p}-seed{s}" / "report.md").is_file()]  # fmt: skip
