@@ -277,3 +277,26 @@ def test_the_performance_pages_first_runs_are_their_reports():
         row = next(line for line in page.splitlines() if line.startswith(f"| {label} |"))
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[1] == f"{wall} s" and [cell.split(" s")[0] for cell in cells[2:]] == seconds, row
+
+
+def test_the_held_out_size_figures_are_the_benches_records():
+    """The performance page's side-by-side first runs and evaluation ratios, and the README's first-run figure, are
+    what bench/first_run.py and bench/eval_sizes.py printed and the runs' reports state."""
+    record = ROOT / "results/default-first-run-sizes"
+    page = " ".join((ROOT / "docs/performance.md").read_text().split())
+    for label, variant in (("500 greedy, 200 × 2 sampled", 0), ("100 greedy, 100 × 2 sampled (the default)", 1)):
+        report = (record / f"variant{variant}" / "report.md").read_text()
+        wall, phases = re.search(r"Wall time: (\d+) s \((.*)\)\.", report).groups()
+        seconds = " | ".join(re.search(r"\d+ s", phase).group(0) for phase in phases.split(" · "))
+        assert f"| {label} | {wall} s | {seconds} |" in page
+    printed = (record / "first_run.txt").read_text()
+    old, new = (int(seconds) for seconds in re.findall(r"round 0: (\d+) s", printed))
+    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+    assert f"its processes took {old} s and {new} s: {ratio}×" in page
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"A first run took {new} s on 2 cores, {ratio}× the same run on those 700 problems" in readme
+    ratios = re.findall(
+        r"greedy (\d+) / sampled 2 x (\d+): [\d.]+ s \((\d\.\d\d)x", (record / "eval_sizes.txt").read_text()
+    )
+    stated = [f"{ratio}× for {greedy}/{sampled}" for greedy, sampled, ratio in ratios[1:]]
+    assert all(phrase in page for phrase in stated), stated
