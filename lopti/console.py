@@ -11,6 +11,7 @@ Only `lopti`'s commands use this: a library user's `LoptiGRPOTrainer` keeps TRL'
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import warnings
@@ -125,15 +126,27 @@ def use_lopti_console(trainer, stage: str, columns: tuple[Column, ...]) -> None:
     trainer.add_callback(ConsoleCallback(stage, columns))
 
 
+class DeepSpeedCpuNotice(logging.Filter):
+    """Drop DeepSpeed's "Setting accelerator to CPU" warning: on a CPU machine it is what the user asked for."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Setting accelerator to CPU")
+
+
 def hide_third_party_noise() -> None:
     """Hide what the libraries under `lopti` print that a person cannot act on.
 
     Their FutureWarnings and DeprecationWarnings (lopti's own warnings and every other category stay),
-    transformers' bars for reading and writing weight files, and datasets' bars for each preprocessing
-    map; hub download bars stay.
+    transformers' bars for reading and writing weight files, datasets' bars for each preprocessing map, and
+    DeepSpeed's warning, where it is installed, that it found no GPU and uses the CPU (logged as it is imported,
+    on every CPU run); hub download bars stay.
     """
     for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
         warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY_MODULES)
+    # DeepSpeed creates its logger again at import, resetting its level but keeping the filters added here
+    deepspeed_logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(found, DeepSpeedCpuNotice) for found in deepspeed_logger.filters):
+        deepspeed_logger.addFilter(DeepSpeedCpuNotice())
     import datasets
     from transformers.utils import logging as transformers_logging
 
