@@ -8,12 +8,11 @@ import json
 import math
 import statistics
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from lopti.commands.files import write_atomic
 from lopti.diagnostics.plots import plot_update_quality
-from lopti.evaluation.scoring import pass_at_k
+from lopti.evaluation.scoring import half_width, pass_at_k
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -174,12 +173,10 @@ def per_prompt(result: dict[str, Any], measure: str) -> dict[Any, float] | None:
 def paired_interval(before: dict[Any, float], after: dict[Any, float], level: float = 0.95) -> tuple[float, float]:
     """Return the `level` normal interval of the mean change after − before over the prompts both evaluated.
 
-    Paired by prompt, so the prompts' own difficulty cancels; with the hundreds of prompts of a held-out set the
-    normal quantile is the Student one to the third decimal.
+    Paired by prompt, so the prompts' own difficulty cancels (`scoring.half_width`).
     """
     changes = [after[key] - before[key] for key in before.keys() & after.keys()]
-    half = NormalDist().inv_cdf(0.5 + level / 2) * statistics.stdev(changes) / math.sqrt(len(changes))
-    mean = statistics.fmean(changes)
+    mean, half = statistics.fmean(changes), half_width(changes, level)
     return mean - half, mean + half
 
 

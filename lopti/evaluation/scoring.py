@@ -130,9 +130,16 @@ def metrics(records: list[dict[str, Any]], samples: int) -> dict[str, Any]:
         values["format_error"] += [float(not ok) for ok in record["well_formed"]]
         values["length"] += [float(n) for n in record["length"]]
     means = {name: sum(v) / len(v) for name, v in values.items()}
-    spread = statistics.stdev(values["accuracy"]) if len(records) > 1 else 0.0
-    half = NormalDist().inv_cdf(0.975) * spread / math.sqrt(len(records))
+    half = half_width(values["accuracy"])
     return means | {"n": len(records), "accuracy_interval": [means["accuracy"] - half, means["accuracy"] + half]}
+
+
+def half_width(values: list[float], level: float = 0.95) -> float:
+    """Return the half width of the `level` normal interval of the mean of `values` (0 for a single value); with the
+    hundreds of prompts of a held-out set the normal quantile is the Student one to the third decimal."""
+    if len(values) < 2:
+        return 0.0
+    return NormalDist().inv_cdf(0.5 + level / 2) * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def metrics_by_value(records_by_value: dict[Any, list[dict[str, Any]]], samples: int) -> dict[str, dict[str, float]]:
