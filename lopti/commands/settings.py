@@ -60,6 +60,14 @@ class RunConfig(TaskData):
             "evaluation costs eval_samples greedy ones per prompt); 0 = all of them.",
         },
     )
+    eval_token_probabilities: bool = field(
+        default=False,
+        metadata={
+            "help": "With eval_samples: also count the sampled answers' tokens per probability bucket "
+            "(probability_buckets; π at eval_temperature), by one more forward pass over them: "
+            "token_probability_shares in eval_*_sampled.json.",
+        },
+    )
     BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
         "rewards": {"min_items": 1}, "lora_r": {"min": 0}, "lora_alpha": {"min": 1}, "eval_max_new_tokens": {"min": 1},
         "eval_samples": {"min": 0}, "eval_temperature": {"above": 0}, "eval_sampled_prompts": {"min": 0},

@@ -31,11 +31,13 @@ from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
 from lopti.commands.lengths import check_lengths
 from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
+from lopti.commands.provenance import code_version
 from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
 from lopti.commands.settings import RunConfig, split
 from lopti.console import rl_columns, use_lopti_console
 from lopti.evaluation.scoring import evaluate_rows
+from lopti.evaluation.token_probabilities import answer_token_counts
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.tasks.task import Task
@@ -214,12 +216,19 @@ def held_out_eval(
     def compute() -> tuple[dict, dict | None]:
         # sampled answers from the model's distribution, not from generate's random numbers (which draw an Exp(1)
         # number per vocabulary entry per row and step: as long as the forward for a large vocabulary)
-        fast_context = fast_generation(model, trainer.generation_weights(model), same_draws=False) if fast else None
+        weights = trainer.generation_weights(model) if fast else model
+        fast_context = fast_generation(model, weights, same_draws=False) if fast else None
+        count_tokens = None
+        if run.eval_token_probabilities:  # on the weights the answers were sampled with
+            count_tokens = functools.partial(
+                answer_token_counts, weights, trainer.processing_class, temperature=run.eval_temperature,
+                edges=trainer.args.probability_buckets,
+            )  # fmt: skip
         with fast_context or contextlib.nullcontext():
             greedy = evaluate(rows=rows, description=f"{label}, greedy")
             return greedy, evaluate(
                 rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature,
-                description=f"{label}, sampled",
+                description=f"{label}, sampled", count_tokens=count_tokens,
             ) if run.eval_samples > 1 else None  # fmt: skip
 
     (result, sampled), reused = remembered(cache_key, compute)
@@ -247,6 +256,7 @@ def start_eval_key(training: Training, run: RunConfig) -> str | None:
     settings = {
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
+        "token_probabilities": list(trainer.args.probability_buckets) if run.eval_token_probabilities else None,
         "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path, "bf16": trainer.args.bf16,
         "sampling": "inverse-cdf",
         "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
@@ -362,6 +372,7 @@ def _train_locked(
                 "processes": trainer.accelerator.num_processes,
                 "sharding": sharding_of(trainer),
                 "hardware": hardware(),
+                "code": code_version(),
             }
             write_atomic(run_dir / "run.json", json.dumps(summary))
     # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
@@ -18,6 +18,9 @@ from typing import Any
 from lopti.bounded import TimeLimitExceeded, call_within, check_reward_errors, over_time, raised_on
 from lopti.evaluation.generation import generate, prompt_text
 from lopti.tasks.completions import ended_properly, prefilled_think
+
+# (prompt texts, answer ids) → each answer's token count per probability bucket, by the bucket's label
+TokenCounter = Callable[[list[str], list[list[int]]], list[dict[str, int]]]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -64,10 +67,13 @@ def judge_rows(
     description: str = "generating",
     reward_errors: str = "stop",
     reward_timeout: float = 0.0,
+    count_tokens: TokenCounter | None = None,
 ) -> list[dict[str, Any]]:
     """Return one record per row: its id, its `group` value, its value of each `breakdown` key it has
     (`categories`), per sample: correct, well formed, length, and the number of samples the judge raised on
     (`judge_errors`, with `reward_errors="skip"`; see the module). `description` names the decoding's progress bar.
+    With `count_tokens(prompt texts, answer ids)` (`token_probabilities.answer_token_counts`), also per sample the
+    answer's token count per probability bucket (`token_buckets`).
 
     `judge(text, row)` says whether an answer is (correct, well formed); the text includes the prompt's
     pre-filled "<think>". A completion that did not end on its end-of-sequence token is neither.
@@ -75,6 +81,8 @@ def judge_rows(
     judged = bounded_judge(judge, reward_errors, reward_timeout)
     texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
     completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed, description)
+    answers = [(text, ids) for text, outs in zip(texts, completions, strict=True) for _, ids in outs]
+    buckets = iter(count_tokens(*map(list, zip(*answers, strict=True))) if count_tokens else [])
     records = []
     for row, text_in, outs in zip(rows, texts, completions, strict=True):
         categories = {key: row[key] for key in breakdown if row.get(key) is not None}
@@ -89,6 +97,8 @@ def judge_rows(
             record["correct"].append(right)
             record["well_formed"].append(well_formed)
             record["length"].append(len(ids))
+            if count_tokens:
+                record.setdefault("token_buckets", []).append(next(buckets))
         records.append(record)
     return records
 
@@ -107,7 +117,8 @@ def summarise(records: list[dict[str, Any]], group: str, samples: int, temperatu
         for key, value in record.get("categories", {}).items():  # a record without them has none
             by_category[key][value].append(record)
     errors = sum(record.get("judge_errors", 0) for record in records)  # a record without the count has none
-    return {
+    shares = token_shares(records)
+    return ({"token_probability_shares": shares} if shares else {}) | {
         "group": group,
         "per_group": metrics_by_value(by_group, samples),
         "breakdown": {key: metrics_by_value(values, samples) for key, values in by_category.items()},
@@ -116,6 +127,17 @@ def summarise(records: list[dict[str, Any]], group: str, samples: int, temperatu
         "temperature": temperature,
         "judge_errors": errors,
     }
+
+
+def token_shares(records: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Return each probability bucket's share of all the answers' tokens, from the records' `token_buckets`, or
+    None when the records have none."""
+    totals: Counter[str] = Counter()
+    for record in records:
+        for counts in record.get("token_buckets", []):
+            totals.update(counts)
+    everything = sum(totals.values())
+    return {label: count / everything for label, count in totals.items()} if everything else None
 
 
 def metrics(records: list[dict[str, Any]], samples: int) -> dict[str, Any]:

@@ -25,15 +25,28 @@ def native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
+def cpu_kind() -> str:
+    """Return the CPU's fastest matrix instructions as torch detects them: "amx", "avx512_bf16", "avx512", "avx2"
+    or "other". CPUs of one model name differ here (cloud machines report "Intel Xeon Processor" with and without
+    AMX), and the kind decides bf16's speed and its kernels' arithmetic."""
+    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+        return "amx"
+    if getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "avx512_bf16"
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return capability if capability in ("avx512", "avx2") else "other"
+
+
 def hardware() -> dict[str, Any]:
-    """Return what a run's speed and arithmetic depend on: the CPU model and core count, whether it multiplies bf16
-    natively, the GPU if one is visible, and torch's version. run.json records it, so that the runs of a study
-    trained over several sittings say where each one ran."""
+    """Return what a run's speed and arithmetic depend on: the CPU model, kind (`cpu_kind`) and core count, whether
+    it multiplies bf16 natively, the GPU if one is visible, and torch's version. run.json records it, so that the
+    runs of a study trained over several sittings say where each one ran."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
     return {
         "cpu": cpu or platform.processor() or platform.machine(),
+        "cpu_kind": cpu_kind(),
         "cores": os.cpu_count(),
         "native_bf16": native_bf16(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

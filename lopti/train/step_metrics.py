@@ -36,7 +36,12 @@ class StepMetrics:
         metrics = self._metrics[mode]
         metrics["entropy"].append(mean_of(entropies))
         if self.args.ar_alpha > 0:
-            metrics["ar/weight_mean"].append(mean_of(terms.credit["ar"].weights))
+            weights = terms.credit["ar"].weights.detach()
+            metrics["ar/weight_mean"].append(mean_of(weights))
+            least = self.accelerator.gather(weights.masked_fill(~valid, float("inf")).min().reshape(1))
+            most = self.accelerator.gather(weights.masked_fill(~valid, float("-inf")).max().reshape(1))
+            metrics["ar/weight_min"].append(least.min().item())
+            metrics["ar/weight_max"].append(most.max().item())
         for key, values in credit_shares(terms.credit, valid).items():
             metrics[f"credit/{key}"].append(mean_of(values))
         for name, value in terms.metrics.items():
@@ -81,15 +86,18 @@ class StepMetrics:
         metrics["clip_ratio/low_min"].append(nanmin(per_response(low)).item())
         metrics["clip_ratio/high_max"].append(nanmax(per_response(high)).item())
 
-    def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase) -> None:
+    def _log_probability_metrics(self, logps, old_logps, mask, active, advantages, phase, plain=None) -> None:
         """Log each π_old bucket's share of the tokens and of the gradient, also per advantage sign, and Lopti's moves.
 
         probs/grad_share_*: each bucket's share of Σ |Â|·‖∂(−log π)/∂z‖, the advantage-weighted logit-gradient
-        norm at the current policy: exact, √(1 − 2π + Σ p²), from the log Σ p² that the fused LM head returned
-        with these log-probs; where that is unavailable, the bound (1 − π), exact up to a factor in
-        [√(N/(N−1)), √2] (Proposition 4.2). No extra backward either way. probs/pos_share_*, probs/pos_grad_share_*
-        and probs/neg_* are the same over the tokens with Â > 0 and with Â < 0 alone. With Lopti, phase 2 logs
-        the mean |log π − log π_old| of the phase-1 and the phase-2 tokens: what phase 1 moved.
+        norm at the current policy, with `advantages` as the update weighs them (AR's weights included): exact,
+        √(1 − 2π + Σ p²), from the log Σ p² that the fused LM head returned with these log-probs; where that is
+        unavailable, the bound (1 − π), exact up to a factor in [√(N/(N−1)), √2] (Proposition 4.2). No extra
+        backward either way. probs/plain_grad_share_*: the same with `plain`, the advantages before the credit
+        steps, so that the two say how far AR moved the gradient off the low-probability tokens.
+        probs/pos_share_*, probs/pos_grad_share_* and probs/neg_* are the same over the tokens with Â > 0 and with
+        Â < 0 alone. With Lopti, phase 2 logs the mean |log π − log π_old| of the phase-1 and the phase-2 tokens:
+        what phase 1 moved.
         """
         metrics = self._metrics["train" if self.model.training else "eval"]
         low = low_prob_mask(old_logps, mask, self.args.lopti_eta).float()
@@ -109,12 +117,18 @@ class StepMetrics:
             for where in signs.values()
             for values in (None, weight)
         ]
+        if plain is not None:
+            totals.append(bucket_totals(index.masked_fill(~mask.bool(), -1), len(labels), plain.abs() * norm))
         totals = self.accelerator.gather(torch.stack(totals).unsqueeze(0)).sum(dim=0)
-        for sign, tokens, gradient in zip(signs, totals[0::2], totals[1::2], strict=True):
+        for sign, tokens, gradient in zip(signs, totals[0:6:2], totals[1:6:2], strict=True):
             token_share, gradient_share = tokens / tokens.sum().clamp(min=1), gradient / gradient.sum().clamp(min=1e-30)
             for k, label in enumerate(labels):
                 metrics[f"probs/{sign}share_{label}"].append(token_share[k].item())
                 metrics[f"probs/{sign}grad_share_{label}"].append(gradient_share[k].item())
+        if plain is not None:
+            plain_share = totals[6] / totals[6].sum().clamp(min=1e-30)
+            for k, label in enumerate(labels):
+                metrics[f"probs/plain_grad_share_{label}"].append(plain_share[k].item())
         if self.args.lopti and phase == 1 and self.args.lopti_split != "none":  # "none": no phase-1-only tokens
             moved = (logps.detach() - old_logps).abs()
             for name, where in (("phase1_tokens", mask.bool() & ~active), ("phase2_tokens", active)):

@@ -306,7 +306,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
         self._log_step_metrics(
             logps, old_logps, advantages, entropies, mask, terms, policy_loss.detach(), phase, kl, aux_loss
         )
-        self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase)
+        self._log_probability_metrics(logps, old_logps, mask, terms.active, terms.reweighted, phase, advantages)
         return loss
 
     @staticmethod

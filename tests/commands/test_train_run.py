@@ -15,6 +15,8 @@ from lopti.cli import main
 from lopti.commands import train_run as run_module
 from lopti.commands.callbacks import drop_metrics_after
 from lopti.commands.checkpoints import last_complete_checkpoint
+from lopti.commands.provenance import code_version
+from lopti.train.precision import cpu_kind
 from lopti.train.trainer import untied_missing_keys
 
 
@@ -126,7 +128,7 @@ def test_lora_run_saves_an_adapter(settings):
 
 def test_evaluate_before_and_after_writes_a_report_sampling_the_first_prompts(settings):
     run_dir = train({**settings, "evaluate": True, "eval_max_new_tokens": 8, "max_steps": 2, "eval_samples": 3,
-                     "eval_sampled_prompts": 3})  # fmt: skip
+                     "eval_sampled_prompts": 3, "eval_token_probabilities": True})  # fmt: skip
     before = json.loads((run_dir / "eval_before.json").read_text())
     assert before["overall"]["n"] == 4 and before["group"] == "people" and set(before["per_group"]) == {"3"}
     report = (run_dir / "report.md").read_text()
@@ -134,8 +136,13 @@ def test_evaluate_before_and_after_writes_a_report_sampling_the_first_prompts(se
     sampled = json.loads((run_dir / "eval_after_sampled.json").read_text())
     assert (sampled["samples"], sampled["temperature"], sampled["overall"]["n"]) == (3, 1.0, 3)
     assert "3 samples per prompt at T=1.0" in report and "| 3 | 3 |" in report.split("samples per prompt")[1]
-    machine = json.loads((run_dir / "run.json").read_text())["hardware"]  # where the run trained, for studies
+    lengths = [n for record in sampled["records"] for n in record["length"]]
+    assert [sum(c.values()) for r in sampled["records"] for c in r["token_buckets"]] == lengths
+    assert sum(sampled["token_probability_shares"].values()) == pytest.approx(1.0)
+    record = json.loads((run_dir / "run.json").read_text())  # where and with which code the run trained, for studies
+    machine = record["hardware"]
     assert machine["cores"] == os.cpu_count() and machine["torch"] == torch.__version__ and machine["cpu"]
+    assert machine["cpu_kind"] == cpu_kind() and record["code"] == code_version()
 
 
 def untouched(run_dir):

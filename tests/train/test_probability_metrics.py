@@ -105,3 +105,30 @@ def test_without_log_sum_sq_the_bound_is_the_fallback(tiny_model_dir, kk_prompts
     index = probability_buckets(trainer._training_logps, mask)
     expected = (weight * (index == 0)).sum() / weight.sum()
     assert trainer._metrics["train"]["probs/grad_share_[0.00,0.25)"][-1] == pytest.approx(expected.item(), rel=1e-9)
+
+
+def test_ar_logs_its_weights_range_and_the_gradient_share_before_and_after_reweighting(
+    sharpened_model_dir, kk_prompts, tmp_path
+):
+    alpha = 0.9
+    trainer = make(
+        LoptiGRPOTrainer, LoptiGRPOConfig, sharpened_model_dir, kk_prompts, tmp_path,
+        max_steps=1, ar_alpha=alpha, probability_buckets=[0, 0.5, 1], temperature=0.7,
+    )  # fmt: skip
+    batch = one_batch(trainer, kk_prompts)
+    trainer.compute_loss(trainer.model, batch)
+    mask = batch["completion_mask"].bool()
+    logps = trainer._training_logps.double()  # on-policy: π_old = π
+    norms = logit_grad_norm_from_sum_sq(trainer._training_logps, trainer._log_sum_sq_probs).double()
+    weights = alpha * logps.exp() + (1 - alpha)
+    metrics = trainer._metrics["train"]
+    assert metrics["ar/weight_min"][-1] == pytest.approx(weights[mask].min().item(), rel=1e-5)
+    assert metrics["ar/weight_max"][-1] == pytest.approx(weights[mask].max().item(), rel=1e-5)
+    advantages = batch["advantages"][:, None].expand_as(logps).abs().double()
+    low = probability_buckets(trainer._training_logps, mask, [0, 0.5, 1]) == 0
+    assert (mask & low).any() and (mask & ~low).any(), "the test needs both buckets"
+    for name, weight in (("plain_grad_share", advantages * norms), ("grad_share", advantages * weights * norms)):
+        expected = (weight * (mask & low)).sum() / (weight * mask).sum()
+        assert metrics[f"probs/{name}_[0.00,0.50)"][-1] == pytest.approx(expected.item(), abs=1e-5)
+    # AR weighs low-probability tokens down, so their share of the gradient falls
+    assert metrics["probs/grad_share_[0.00,0.50)"][-1] < metrics["probs/plain_grad_share_[0.00,0.50)"][-1] - 1e-3
