@@ -22,7 +22,7 @@ def _git(*args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def code_version() -> dict[str, Any]:
+def read_code_version() -> dict[str, Any]:
     """Return lopti's version and, from a clone, its commit and whether tracked files under lopti/ differ from it
     (None for both when lopti is an installed wheel)."""
     top = _git("rev-parse", "--show-toplevel")
@@ -34,3 +34,11 @@ def code_version() -> dict[str, Any]:
         "commit": commit.strip() if commit else None,
         "modified": bool(changes.strip()) if changes is not None else None,
     }
+
+
+LOADED = read_code_version()  # read on import: a long process keeps the code it loaded while the clone moves on
+
+
+def code_version() -> dict[str, Any]:
+    """Return the code version of this process's lopti, as it was when lopti's commands were imported."""
+    return dict(LOADED)
