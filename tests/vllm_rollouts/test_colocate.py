@@ -6,6 +6,7 @@ weights and TRL's importance-sampling correction reaches lopti's loss."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,19 @@ import pytest
 RUNNER = Path(__file__).with_name("colocate_run.py")
 
 
+def free_port() -> int:
+    """Return a TCP port that no process listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def colocate(model_dir: Path, out: Path, trainer: str, keep_weights: bool = False) -> dict:
     """Return the report of a few colocated-vLLM training steps in a fresh process."""
     command = [sys.executable, str(RUNNER), str(model_dir), str(out), "--trainer", trainer]
     command += ["--keep_weights"] if keep_weights else []
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # a port of its own for the process group of vLLM's engine (29500 unless set), so that tests in parallel can run
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port())}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
     assert lines, result.stderr[-3000:]
