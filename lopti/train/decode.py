@@ -26,7 +26,7 @@ the attention function) instead of once per row: the attention of a decode step 
 from memory, and with 8 generations per prompt most of it is the same prompt 8 times. Its values are sdpa's up to
 float rounding, so the logits may differ from generate's in the last bits; the tokens were generate's in every
 test and benchmark round (a token flips only where two candidates' p / q tie to within that rounding).
-docs/performance.md has the profile and the measurements.
+docs/performance.md has the measured ratio; bench/profile_rollout.py profiles the rollout.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ MATMUL_DECODE = "lopti_matmul_decode"  # the attention implementation's name whi
 # what an attention module may pass that changes the attention beyond the mask; any of them runs sdpa
 ATTENTION_EXTRAS = ("softcap", "sliding_window", "s_aux", "position_bias")
 # ended rows leave the sampling loop's batch together, once they are 1 / LEAVE_AT of it: dropping rows copies every
-# layer's cache, which costs more than keeping a few ended rows in the forwards for a few steps (docs/performance.md)
+# layer's cache, which costs more than keeping a few ended rows in the forwards for a few steps (bench/decode_cache.py)
 LEAVE_AT = 16
 
 
