@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from lopti.cli import main as lopti
+from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.files import write_atomic
 from lopti.experiments.dose import DoseResponse, dose_response
 from lopti.experiments.statistics import PairedDifference, paired_difference
@@ -67,7 +68,9 @@ def train(arm: str, alpha: float, seed: int) -> None:
     folder = OUT / "runs" / run_name(arm, alpha, seed)
     argv = ["train", "--config", str(CONFIG), "--seed", str(seed), "--ar_alpha", str(alpha), "--max_grad_norm",
             str(norm), *HELD_OUT, "--report_to", "[]", "--output_dir", str(folder)]  # fmt: skip
-    if lopti([*argv, "--resume"] if (folder / "config.yaml").is_file() else argv) != 0:
+    # a run stopped before its first checkpoint starts over; one with a checkpoint or a finished training resumes
+    resumable = last_complete_checkpoint(folder) is not None or (folder / "run.json").is_file()
+    if lopti([*argv, "--resume"] if resumable else argv) != 0:
         raise SystemExit(f"{folder}: lopti train failed")
     shutil.rmtree(folder / "final", ignore_errors=True)
     for checkpoint in folder.glob("checkpoint-*"):
