@@ -21,6 +21,7 @@ from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
+from lopti.experiments.machines import machines_section
 from lopti.experiments.paired_tables import (
     decodings,
     paired_sections,
@@ -238,6 +239,7 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
     ]
     if results["runs"]:
         parts += [
+            *machines_section(out, results),
             "Held-out accuracy (all groups) in %, mean [95% interval] over seeds, of the warm start and after RL; "
             "training accuracy; collapses:",
             "",
