@@ -30,6 +30,7 @@ CASES = """
 --eval_puzzles 0 | --people 1 | --people 99 | --max_completion_length 0 | --max_completion_length 1000000000
 --eval_max_new_tokens 0 | --eval_samples -1 | --eval_samples 0 | --eval_temperature -1
 --eval_sampled_prompts 0 | --eval_sampled_prompts 5000 | --reward_timeout -1 | --rewards [] | --rewards nonexistent
+--rewards "" | --people ""
 --template foo | --task foo | --loss_type nonsense | --advantage_estimator nonsense | --lr_scheduler_type nonsense
 --fixed_names maybe | --warmup_ratio 2 | --optim nonsense | --importance_sampling_level tokens
 """

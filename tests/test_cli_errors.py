@@ -52,7 +52,7 @@ TRAIN = [
     ),
     (["--eval_puzzles", "0", "--evaluate", "true"], "evaluate: true needs held-out prompts, but eval_puzzles is 0"),
     (["--report_to", "wandb"], "report_to 'wandb': wandb is not installed"),
-    (["--output_dir", ""], "output_dir needs a folder path"),
+    (["--output_dir", ""], "output_dir: empty value"),
     (["--output_dir", "FILE"], "output_dir FILE is a file, not a folder"),
     (["--output_dir", "FILE/run"], "output_dir FILE/run cannot be created: FILE is a file"),
     (["--output_dir", "RO/run"], "output_dir RO/run: cannot write in RO"),

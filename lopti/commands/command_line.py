@@ -40,6 +40,14 @@ from lopti.errors import UserError
 NOT_GIVEN = object()  # a field's value in the namespace until its flag is given
 
 
+def command_line_value(text: str) -> Any:
+    """Return a flag's value as a settings file reads it (`parse_value`); refuse an empty one, which a file would
+    read as null (the setting's default) but on a command line is more often a shell variable left unset."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty value; give one (null for the setting's default, where it has one)")
+    return parse_value(text)
+
+
 class SettingsParser(HfArgumentParser):
     """HfArgumentParser whose values are read as a settings file's are, whose result is the settings given (checked
     with the file's by the command), and whose mistakes are one line."""
@@ -56,7 +64,7 @@ class SettingsParser(HfArgumentParser):
             action.help = (action.help or "").replace("%", "%%")  # argparse formats the help with %
             if action.nargs == 0:  # a --no_FLAG switch
                 continue
-            action.type = parse_value  # checked with the settings file's values, where both meet (`check_values`)
+            action.type = command_line_value  # checked with the settings file's values (`check_values`)
             if is_sequence(self.hints[action.dest]):
                 action.nargs = None  # one word, "a,b" or "[a, b]", as a settings file writes it
             if action.required:  # a --config file may give it: checked once both are read (`make_settings`)

@@ -40,6 +40,9 @@ def test_only_the_settings_given_come_back_so_a_files_values_stand():
     assert make_settings(Example, given(["--rate", "0.2"]), {"target": "b", "rate": 0.1}) == Example("b", rate=0.2)
 
 
+GIVE_ONE = "give one (null for the setting's default, where it has one)"
+
+
 @pytest.mark.parametrize(
     ("words", "message"),
     [
@@ -49,6 +52,8 @@ def test_only_the_settings_given_come_back_so_a_files_values_stand():
         (["--target", "a", "--fast", "maybe"], "command line: fast must be true or false, got 'maybe'"),
         (["--target", "a", "--sizes", "[]"], "command line: sizes must be a list of at least 1 name(s), got []"),
         (["--target"], "command line: target: expected one argument"),
+        (["--target", "a", "--sizes", ""], f"command line: sizes: empty value; {GIVE_ONE}"),
+        (["--target", " "], f"command line: target: empty value; {GIVE_ONE}"),
         (
             ["--target", "a", "--sizes", "[3"],
             "command line: sizes must be a list of whole numbers (a,b or [a, b]), got '[3'",
