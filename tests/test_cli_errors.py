@@ -42,6 +42,7 @@ TRAIN = [
     (["--people", "3"], "command line: people is a data setting the math task does not read; its own are levels,"),
     (["--task", "kk", "--levels", "2"], "command line: levels is a data setting the kk task does not read"),
     (["--rewards", "[]"], "rewards must be a list of at least 1 name(s), got []"),
+    (["--train_puzzles", "1"], "the training set has 1 prompt(s) and one generated batch takes 4"),
     (["--top_k", "-1"], "top_k must be ≥ 0, got -1"),
     (["--min_p", "2"], "min_p must be ≥ 0 and ≤ 1, got 2"),
     (["--repetition_penalty", "0"], "repetition_penalty must be > 0, got 0"),

@@ -36,6 +36,7 @@ from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
 from lopti.commands.settings import RunConfig, split
 from lopti.console import rl_columns, use_lopti_console
+from lopti.errors import UserError
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.evaluation.token_probabilities import answer_token_counts
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
@@ -159,12 +160,25 @@ def trainer_class(args: LoptiGRPOConfig) -> type[LoptiGRPOTrainer]:
     return CpuLoptiGRPOTrainer if args.cpu_fast_path and args.device.type == "cpu" else LoptiGRPOTrainer
 
 
+def check_one_batch(prompts: int, args: LoptiGRPOConfig) -> None:
+    """Refuse a training set smaller than one generated batch's prompts: TRL's sampler would make no batch of it,
+    and the run would end at step 0 having trained nothing."""
+    needed = args.generation_batch_size // args.num_generations
+    if prompts < needed:
+        raise UserError(
+            f"the training set has {prompts} prompt(s) and one generated batch takes {needed} "
+            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}): "
+            "generate more (train_puzzles) or make the batch smaller (per_device_train_batch_size)"
+        )
+
+
 def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
     """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
     task_rewards(task, run, weights)  # check names and weights before anything is loaded
     args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
     train, evaluation = task_datasets(task, run)
+    check_one_batch(len(train), args)
     model_path = resolve_model(run.model)  # may build an embedded model: only after every cheap check
     run_dir = Path(args.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
