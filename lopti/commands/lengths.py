@@ -1,5 +1,6 @@
-"""The length check of `lopti train` and `lopti eval`: the longest prompt plus an answer budget must fit in what the
-model can attend to, checked from its config.json before the model is built.
+"""The size checks of `lopti train` and `lopti eval` before the model is built: the longest prompt plus an answer
+budget must fit in what the model can attend to (from its config.json), and a training set must fill one generated
+batch.
 
 Past that length a model's position embeddings run out, so generation fails deep inside torch (or, with the CPU
 fast path's cache sized for the whole budget, asks for terabytes first); one line naming the setting and the
@@ -9,10 +10,13 @@ largest value that fits is what the user can act on.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lopti.errors import UserError
 from lopti.evaluation.generation import prompt_text
+
+if TYPE_CHECKING:
+    from lopti.train.config import LoptiGRPOConfig
 
 
 def position_limit(name_or_path: str) -> int | None:
@@ -50,3 +54,15 @@ def check_lengths(model: str, model_path: str, tokenizer, prompts: Iterable[Any]
                 f"{key} {budget}: the longest prompt ({prompt} tokens) plus {budget} answer tokens is more than the "
                 f"{limit} positions model {model} attends to (max_position_embeddings); {fits}"
             )
+
+
+def check_one_batch(prompts: int, args: LoptiGRPOConfig) -> None:
+    """Refuse a training set smaller than one generated batch's prompts: TRL's sampler would make no batch of it,
+    and the run would end at step 0 having trained nothing."""
+    needed = args.generation_batch_size // args.num_generations
+    if prompts < needed:
+        raise UserError(
+            f"the training set has {prompts} prompt(s) and one generated batch takes {needed} "
+            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}): "
+            "generate more (train_puzzles) or make the batch smaller (per_device_train_batch_size)"
+        )

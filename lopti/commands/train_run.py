@@ -29,14 +29,13 @@ from lopti.commands.callbacks import MetricsLog, StopAtMaxSteps, TrainingEnded, 
 from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.commands.eval_cache import evaluation_key, remembered
 from lopti.commands.files import folder_lock, write_atomic
-from lopti.commands.lengths import check_lengths
+from lopti.commands.lengths import check_lengths, check_one_batch
 from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
 from lopti.commands.provenance import code_version
 from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
 from lopti.commands.settings import RunConfig, split
 from lopti.console import rl_columns, use_lopti_console
-from lopti.errors import UserError
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.evaluation.token_probabilities import answer_token_counts
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
@@ -158,18 +157,6 @@ class Training:
 def trainer_class(args: LoptiGRPOConfig) -> type[LoptiGRPOTrainer]:
     """Return the trainer for the device the run trains on: with the CPU fast path on the CPU, TRL's paths elsewhere."""
     return CpuLoptiGRPOTrainer if args.cpu_fast_path and args.device.type == "cpu" else LoptiGRPOTrainer
-
-
-def check_one_batch(prompts: int, args: LoptiGRPOConfig) -> None:
-    """Refuse a training set smaller than one generated batch's prompts: TRL's sampler would make no batch of it,
-    and the run would end at step 0 having trained nothing."""
-    needed = args.generation_batch_size // args.num_generations
-    if prompts < needed:
-        raise UserError(
-            f"the training set has {prompts} prompt(s) and one generated batch takes {needed} "
-            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}): "
-            "generate more (train_puzzles) or make the batch smaller (per_device_train_batch_size)"
-        )
 
 
 def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
