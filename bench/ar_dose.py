@@ -22,11 +22,11 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from lopti.cli import main as lopti
 from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.files import write_atomic
 from lopti.experiments.dose import DoseResponse, dose_response
@@ -70,7 +70,9 @@ def train(arm: str, alpha: float, seed: int) -> None:
             str(norm), *HELD_OUT, "--report_to", "[]", "--output_dir", str(folder)]  # fmt: skip
     # a run stopped before its first checkpoint starts over; one with a checkpoint or a finished training resumes
     resumable = last_complete_checkpoint(folder) is not None or (folder / "run.json").is_file()
-    if lopti([*argv, "--resume"] if resumable else argv) != 0:
+    # a process of its own per run: the run.json names the code that process loaded, and no memory carries over
+    command = [sys.executable, "-m", "lopti.cli", *argv, *(["--resume"] if resumable else [])]
+    if subprocess.run(command).returncode != 0:
         raise SystemExit(f"{folder}: lopti train failed")
     shutil.rmtree(folder / "final", ignore_errors=True)
     for checkpoint in folder.glob("checkpoint-*"):
