@@ -81,8 +81,11 @@ def judge_rows(
     judged = bounded_judge(judge, reward_errors, reward_timeout)
     texts = [prompt_text(r["prompt"], tokenizer) for r in rows]
     completions = generate(model, tokenizer, texts, samples, temperature, max_new_tokens, batch_size, seed, description)
-    answers = [(text, ids) for text, outs in zip(texts, completions, strict=True) for _, ids in outs]
-    buckets = iter(count_tokens(*map(list, zip(*answers, strict=True))) if count_tokens else [])
+    buckets = iter(
+        count_tokens([text for text, outs in zip(texts, completions, strict=True) for _ in outs],
+                     [ids for outs in completions for _, ids in outs])
+        if count_tokens else ()
+    )  # fmt: skip
     records = []
     for row, text_in, outs in zip(rows, texts, completions, strict=True):
         categories = {key: row[key] for key in breakdown if row.get(key) is not None}
