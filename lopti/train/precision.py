@@ -21,8 +21,7 @@ from transformers.initialization import no_init_weights
 
 def native_bf16() -> bool:
     """Return True when this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX tiles)."""
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+    return cpu_kind() in ("amx", "avx512_bf16")
 
 
 def cpu_kind() -> str:
