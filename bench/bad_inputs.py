@@ -38,7 +38,7 @@ CASES = """
 
 def run_case(flags: str, wait: float, folder: str) -> tuple[str, str]:
     """Return (outcome, last stderr line) of `lopti train` with `flags`: "accepted", "one line" or "FAILED ..."."""
-    command = [sys.executable, "-m", "lopti.cli", "train", "--output_dir", folder, "--report_to", "[]",
+    command = [sys.executable, "-m", "lopti.cli", "train", "--output_dir", folder, "--report_to", "none",
                "--disable_tqdm", "true", *shlex.split(flags)]  # fmt: skip
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=wait)

@@ -23,10 +23,11 @@ import statistics
 import time
 
 import torch
+import yaml
 from transformers import TrainerCallback
 
 from lopti.cli import default_recipe
-from lopti.commands.fields import read_yaml
+from lopti.commands.arguments import SettingsLoader
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import build_trainer
 from lopti.tasks.registry import get_task
@@ -133,7 +134,9 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if malformed := [item for item in args.set if "=" not in item]:
         parser.error(f"--set takes KEY=VALUE, got {malformed[0]!r}")
-    changes = {key: read_yaml(value) for key, _, value in (item.partition("=") for item in args.set)}
+    changes = {
+        key: yaml.load(value, Loader=SettingsLoader) for key, _, value in (item.partition("=") for item in args.set)
+    }
     variants = (True,) if args.packed_only else (False, True)
     results: dict[bool, list[dict]] = {pack: [] for pack in variants}
     for r in range(args.rounds):

@@ -1,8 +1,7 @@
 """The `lopti` command: `lopti train`, `lopti eval`, `lopti compare`, `lopti analyze`, `lopti data TASK`.
 
-Each command's settings are dataclasses; transformers' HfArgumentParser makes their fields its --flags, with their
-help and defaults (`lopti.commands.command_line`), so this file holds only what each command does with them and how
-errors are printed.
+Each command's settings are dataclasses; TRL's TrlParser makes their fields its --flags, with their help and defaults
+(`lopti.commands.arguments`), so this file holds only what each command does with them and how errors are printed.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from rich.markup import escape
 
 from lopti.errors import (
     NumericalFailure,
+    SettingError,
     Terminated,
     TrainingStopped,
     UserError,
@@ -55,6 +55,7 @@ def _train(args: argparse.Namespace) -> None:
     config = Path(args.config) if args.config else default_recipe(given.get("task"))
     # --resume: the run's own config.yaml, never the default recipe; train refuses changed settings
     settings = resumed_settings(args.config, given) if given.get("resume") else resolve(config, given)
+    args.config = args.config or config  # where a refused value came from, when a flag did not give it
     if "output_dir" not in settings and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("set --output_dir in a distributed launch: each process would name its own timestamped folder")
     name = config.stem if config else settings.get("task", "run")
@@ -67,15 +68,11 @@ def _train(args: argparse.Namespace) -> None:
 
 def _from_config(args: argparse.Namespace, schema: type) -> Any:
     """Return the settings of `schema` from its defaults, then --config (a recipe or run config.yaml), then flags."""
-    from lopti.commands.command_line import make_settings
+    from lopti.commands.settings import from_run_config
     from lopti.tasks.registry import get_task
 
-    if not args.config:
-        config = make_settings(schema, args.settings)
-    else:
-        from lopti.commands.settings import from_run_config  # imports TRL: only when there is a run config to read
-
-        config = make_settings(schema, args.settings, from_run_config(args.config, schema))
+    from_file = from_run_config(args.config, schema) if args.config else {}
+    (config,) = args.parser.build(from_file | args.settings)
     get_task(config.task).check_keys(dict.fromkeys(args.settings, "command line"))
     return config
 
@@ -101,21 +98,18 @@ def _analyze(args: argparse.Namespace) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
-    from lopti.commands.command_line import make_settings
     from lopti.experiments.compare import CompareConfig, run_study
 
-    study = make_settings(CompareConfig, args.settings)
+    study = CompareConfig(**{k: v for k, v in args.settings.items() if k in CompareConfig.__dataclass_fields__})
     overrides = {k: v for k, v in args.settings.items() if k not in CompareConfig.__dataclass_fields__}
-    config = Path(study.config) if study.config else default_recipe()
+    config = args.config = Path(args.config) if args.config else default_recipe()
     out = args.folder = check_output_folder(study.out or Path("results") / config.stem, "--out")
     print(run_study(config, overrides, study, out, args.argv))
     print(f"results folder: {out}")
 
 
 def _data(args: argparse.Namespace) -> None:
-    from lopti.commands.command_line import make_settings
-
-    data = make_settings(_settings_classes(args.name)[0], args.settings)
+    (data,) = args.parser.build(args.settings)
     args.folder = data.out
     for path in data.write().values():
         print(f"wrote {path}")
@@ -169,6 +163,7 @@ OPTIONS = {  # what a command reads or writes besides its settings: "--flag META
         CONFIG: "take the held-out set and answer budget from this recipe or run config.yaml",
         OUT: "results folder (default evals/MODEL-TASK-Kx-TT)",
     },
+    "compare": {CONFIG: "base recipe of every run (default: the embedded recipe lopti train uses)"},
     "analyze": {
         CONFIG: "take the model, task data, method (ar_alpha, lopti_eta, clip) and AdamW settings from this recipe or "
         "run config.yaml",
@@ -224,9 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
 def command_parser(name: str) -> argparse.ArgumentParser:
     """Return the parser of command `name` ("train", "data kk", ...): a flag per field of its settings dataclasses,
     and the files it reads or writes besides them (--config, --out)."""
-    from lopti.commands.command_line import SettingsParser
+    from lopti.commands.arguments import LoptiParser
 
-    parser = SettingsParser(_settings_classes(name), prog=f"lopti {name}", description=_commands()[name][1])
+    parser = LoptiParser(_settings_classes(name), prog=f"lopti {name}", description=_commands()[name][1])
     for option, text in OPTIONS.get(name, {}).items():
         flag, metavar = option.split()
         parser.add_argument(flag, metavar=metavar, help=text, default=argparse.SUPPRESS)  # absent: None (`main`)
@@ -269,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command != "data":  # `lopti data` needs only lopti's base install
             require("cli", f"lopti {args.command}")
-        args.settings, options = command_parser(args.name).given(words)
+        args.parser = command_parser(args.name)
+        args.settings, options = args.parser.given(words)
         args.config = args.out = None
         vars(args).update(vars(options))
         if args.command in ("train", "eval", "analyze", "compare"):
@@ -294,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _failure(error: BaseException, args: argparse.Namespace, started: float) -> tuple[int | None, str]:
     """Return the exit status and the red line for `error` (status None: not one a user can act on, re-raised)."""
+    if isinstance(error, SettingError):  # a dataclass refused a value: from a flag, else from the --config file
+        given = getattr(args, "settings", None) or {}
+        source = "command line" if error.key in given else getattr(args, "config", None) or "settings"
+        return 2, f"[bold red]error:[/] {escape(f'{source}: {error}')}"
     if isinstance(error, (ValueError, FileNotFoundError, PermissionError)):
         return 2, f"[bold red]error:[/] {escape(str(error))}"
     if isinstance(error, TrainingStopped):

@@ -10,6 +10,7 @@ This module imports nothing heavy, so the command can use it before torch is loa
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 import tempfile
@@ -23,6 +24,44 @@ LOW_SPACE_BYTES = 100 * 2**20  # after a failed write, less than this left means
 
 class UserError(ValueError):
     """A setting, file or folder the user can fix; the message names it and says what to change (exit status 2)."""
+
+
+class SettingError(UserError):
+    """A setting's value that its dataclass refuses; `key` names the setting, so that a command can say where the
+    value came from (the recipe or the command line)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def check_number(
+    key: str,
+    value: object,
+    *,
+    low: float | None = None,
+    above: float | None = None,
+    high: float | None = None,
+    allowed: tuple = (),
+) -> None:
+    """Raise SettingError unless `value` is a finite number ≥ `low`, > `above` and ≤ `high` (each bound given), or
+    one of the sentinels `allowed` (max_steps' -1). The settings dataclasses call it in `__post_init__`, so a value is
+    checked however the dataclass is built: from the command line, a recipe or Python."""
+    if value in allowed:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (
+        number
+        and math.isfinite(value)
+        and (low is None or value >= low)
+        and (above is None or value > above)
+        and (high is None or value <= high)
+    ):
+        return
+    bounds = [f"{sign} {bound}" for sign, bound in (("≥", low), (">", above), ("≤", high)) if bound is not None]
+    wanted = " and ".join(bounds) if number else "a number"
+    wanted = "a finite number" if number and not bounds else wanted
+    raise SettingError(key, f"{key} must be {wanted}{''.join(f' (or {v})' for v in allowed)}, got {value!r}")
 
 
 class NumericalFailure(RuntimeError):

@@ -5,7 +5,6 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import yaml
@@ -13,6 +12,7 @@ import yaml
 from lopti.cli import main
 from lopti.commands import eval_run, settings, train_run
 from lopti.diagnostics.analyze import AnalyzeConfig
+from lopti.errors import check_number
 from lopti.experiments.compare import CompareConfig
 from lopti.tasks.kk.task import KKData
 from lopti.tasks.math.task import MathData
@@ -26,7 +26,8 @@ SETTINGS = {
     "data kk": [KKData],
     "data math": [MathData],
 }
-FILES = {"train": {"config"}, "eval": {"config", "out"}, "analyze": {"config", "out"}}  # flags that are not settings
+# flags that are not settings
+FILES = {"train": {"config"}, "eval": {"config", "out"}, "analyze": {"config", "out"}, "compare": {"config"}}
 
 
 def help_of(command: str, capsys) -> str:
@@ -71,7 +72,10 @@ class EvalWithBeams(eval_run.EvalConfig):
     """EvalConfig with one more field."""
 
     beam_width: int = field(default=1, metadata={"help": "A setting written after the command line."})
-    BOUNDS: ClassVar = {"beam_width": {"min": 1}}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_number("beam_width", self.beam_width, low=1)
 
 
 def test_a_new_eval_field_is_a_flag_without_touching_the_cli(monkeypatch, capsys, tmp_path):

@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from lopti.commands.fields import check_values
 from lopti.commands.files import check_folder, claim_folder, folder_lock, write_atomic
 from lopti.commands.lengths import check_lengths
-from lopti.errors import check_output_folder
+from lopti.errors import check_number, check_output_folder
 from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
@@ -63,15 +62,16 @@ class EvalConfig(TaskData):
         metadata={"help": "auto: vLLM when it is installed and a GPU is present, else 🤗 generate; hf: 🤗 generate."},
     )
 
-    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
-        "samples": {"min": 1}, "temperature": {"min": 0}, "eval_max_new_tokens": {"min": 1}, "batch_size": {"min": 1},
-        "seed": {"min": 0}, "reward_timeout": {"min": 0},
-    }  # fmt: skip
     RUN_KEYS: ClassVar[dict[str, str]] = {"reward_errors": "reward_errors", "reward_timeout": "reward_timeout"}
 
-    def check(self) -> None:
-        """Raise a ValueError naming the first bad setting."""
-        check_values(asdict(self), type(self), "lopti eval")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_number("samples", self.samples, low=1)
+        check_number("temperature", self.temperature, low=0)
+        check_number("eval_max_new_tokens", self.eval_max_new_tokens, low=1)
+        check_number("batch_size", self.batch_size, low=1)
+        check_number("seed", self.seed, low=0)
+        check_number("reward_timeout", self.reward_timeout, low=0)
         if self.samples > 1 and self.temperature <= 0:
             raise ValueError(f"samples={self.samples} needs a temperature above 0 (greedy samples are all equal)")
 
@@ -161,7 +161,6 @@ def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
 
 def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str, Any]:
     """Evaluate (continuing a previous run in `out`), write eval.json and eval.md, return the metrics."""
-    config.check()
     out = check_output_folder(out, "--out")
     _check_folder(out, config)
     task = get_task(config.task)

@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.command_line import load_yaml
+from lopti.commands.arguments import load_yaml
 from lopti.commands.settings import RunConfig, resolve, split
 from lopti.train.config import LoptiGRPOConfig
 

@@ -1,22 +1,23 @@
 """`lopti train`'s settings: `RunConfig` (what to train on) and `LoptiGRPOConfig` (how to train).
 
 They come from the field defaults, then a YAML recipe, then `--key value` on the command line
-(`lopti.commands.command_line` makes the flags). Unknown keys are rejected with the closest valid names,
-bad values with the key and the value, before any compute is spent.
+(`lopti.commands.arguments` makes the flags). Unknown keys are refused with the closest valid names, bad values
+with the key, the value and its source, by the dataclasses themselves, before any model is loaded.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from lopti.commands.command_line import load_yaml
-from lopti.commands.fields import check_keys, check_values, field_names
-from lopti.errors import UserError, check_output_folder
+from lopti.commands.arguments import LoptiParser, check_keys, load_yaml
+from lopti.errors import SettingError, UserError, check_number, check_output_folder
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData, get_task
-from lopti.tasks.task import Task
+from lopti.tasks.task import Task, check_puzzle_counts
 from lopti.train.config import LoptiGRPOConfig
 
 
@@ -68,34 +69,54 @@ class RunConfig(TaskData):
             "token_probability_shares in eval_*_sampled.json.",
         },
     )
-    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
-        "rewards": {"min_items": 1}, "lora_r": {"min": 0}, "lora_alpha": {"min": 1}, "eval_max_new_tokens": {"min": 1},
-        "eval_samples": {"min": 0}, "eval_temperature": {"above": 0}, "eval_sampled_prompts": {"min": 0},
-    }  # fmt: skip
     _argument_group_name = "RunConfig (lopti): what to train, with the task data (TaskData)"
+
+    def __post_init__(self) -> None:
+        check_puzzle_counts(self)  # a training set of at least one prompt per size or level
+        if self.rewards is not None and not self.rewards:
+            raise SettingError("rewards", "rewards must name at least one reward function (null: the task's own)")
+        check_number("lora_r", self.lora_r, low=0)
+        check_number("lora_alpha", self.lora_alpha, low=1)
+        check_number("eval_max_new_tokens", self.eval_max_new_tokens, low=1)
+        check_number("eval_samples", self.eval_samples, low=0)
+        check_number("eval_temperature", self.eval_temperature, above=0)
+        check_number("eval_sampled_prompts", self.eval_sampled_prompts, low=0)
 
     def reward_names(self, task: Task) -> list[str]:
         """Return the reward functions the run trains on: `rewards`, or the task's default ones."""
         return list(self.rewards or task.default_rewards)
 
 
+def train_parser() -> LoptiParser:
+    """Return the parser of `lopti train`'s settings: RunConfig's and LoptiGRPOConfig's."""
+    return _parser_of(RunConfig, LoptiGRPOConfig)
+
+
+@functools.cache
+def _parser_of(*kinds: type) -> LoptiParser:
+    return LoptiParser(kinds, prog="lopti train")
+
+
 def train_keys() -> set[str]:
     """Return every key of `lopti train`: RunConfig's and LoptiGRPOConfig's."""
-    return field_names(RunConfig) | field_names(LoptiGRPOConfig)
+    return set(train_parser().flags)
 
 
 def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Return the settings of a run: the YAML file's, then the command-line overrides, every value checked."""
-    settings, sources = {}, {}
-    if config_file is not None:
-        from_file = load_yaml(config_file)
-        check_keys(from_file, train_keys(), str(config_file))
-        settings.update(from_file | check_run_values(from_file, str(config_file)))
-        sources |= dict.fromkeys(from_file, str(config_file))
+    """Return the settings of a run: the YAML file's, converted as their flags convert text, then `overrides` (the
+    command line's, already converted, or a study's). Keys and the run's own settings (RunConfig) are checked here;
+    LoptiGRPOConfig checks its own when the trainer's config is built, before any model is loaded."""
+    settings = train_parser().typed(load_yaml(config_file), str(config_file)) if config_file is not None else {}
+    sources = dict.fromkeys(settings, str(config_file))
     check_keys(overrides, train_keys(), "command line")
-    settings.update(overrides | check_run_values(overrides, "command line"))
+    settings |= overrides
     sources |= dict.fromkeys(overrides, "command line")
     get_task(settings.get("task", RunConfig.task)).check_keys(sources)
+    try:
+        split(settings)
+        LoptiGRPOConfig.check_trl_bounds(settings)
+    except SettingError as error:
+        raise UserError(f"{sources.get(error.key, 'settings')}: {error}") from None
     return settings
 
 
@@ -107,21 +128,15 @@ def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
     ...); the file's other keys are `lopti train`'s business and are ignored, but a key no command knows is
     refused with the closest names.
     """
-    recipe = load_yaml(path)
-    check_keys(recipe, train_keys(), str(path))
+    recipe = train_parser().typed(load_yaml(path), str(path))
     run_keys = getattr(schema, "RUN_KEYS", {})
-    taken = {}
-    for name in field_names(schema):
-        key = run_keys.get(name, name)
-        mirrored = train_keys() if name in run_keys else field_names(RunConfig)
-        if key in mirrored and key in recipe:
-            taken[name] = recipe[key]
-    return check_values(taken, schema, str(path))
-
-
-def check_run_values(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """Return `values` converted to the types of their RunConfig / LoptiGRPOConfig fields (see check_values)."""
-    return check_values(values, LoptiGRPOConfig, source) | check_values(values, RunConfig, source)
+    own = {item.name for item in dataclasses.fields(schema) if item.init}
+    run_fields = {item.name for item in dataclasses.fields(RunConfig)}
+    return {
+        name: recipe[key]
+        for name in own
+        if (key := run_keys.get(name, name)) in recipe and (name in run_keys or key in run_fields)
+    }
 
 
 def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
@@ -145,9 +160,9 @@ def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
 
 
 def split(settings: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
-    """Return the RunConfig and the keyword arguments for LoptiGRPOConfig, every value checked."""
-    checked = {**settings, **check_run_values(settings, "settings")}
-    run = RunConfig(**{k: v for k, v in checked.items() if k in field_names(RunConfig)})
-    trainer_kwargs = {k: v for k, v in checked.items() if k in field_names(LoptiGRPOConfig)}
-    check_settings(run, trainer_kwargs)
-    return run, trainer_kwargs
+    """Return the RunConfig (its values checked) and the keyword arguments for LoptiGRPOConfig."""
+    run_fields = {item.name for item in dataclasses.fields(RunConfig) if item.init}
+    run = RunConfig(**{key: value for key, value in settings.items() if key in run_fields})
+    check_settings(run, {key: value for key, value in settings.items() if key not in run_fields})
+    trainer_fields = {item.name for item in dataclasses.fields(LoptiGRPOConfig) if item.init}
+    return run, {key: value for key, value in settings.items() if key in trainer_fields}

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_gradient_bounds
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts, split_groups
+from lopti.errors import check_number
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import TaskData, get_task, task_data_field
 
@@ -62,10 +63,13 @@ class AnalyzeConfig(ProbeConfig):
             "95% interval over them (docs/analysis.md uses 8 for the tiny model, 4 for SmolLM2-135M).",
         },
     )
-    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
-        "num_generations": {"min": 2}, "temperature": {"above": 0}, "max_completion_length": {"min": 1},
-        "batches": {"min": 1},
-    }  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_number("num_generations", self.num_generations, low=2)
+        check_number("temperature", self.temperature, above=0)
+        check_number("max_completion_length", self.max_completion_length, low=1)
+        check_number("batches", self.batches, low=1)
+        self.check()
 
 
 def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
@@ -204,9 +208,6 @@ def summary_markdown(result: dict[str, Any]) -> str:
 
 def analyze(config: AnalyzeConfig, out: str | Path) -> dict[str, Any]:
     """Run the probe for `config` and fill the folder `out`; return the result."""
-    config.check()
-    if config.batches < 1:
-        raise ValueError(f"batches must be at least 1, got {config.batches}")
     torch.manual_seed(config.seed)
     task = get_task(config.task)
     reward = config.reward or task.accuracy_reward

@@ -25,11 +25,12 @@ class ProbeConfig:
     them, and the method settings, from another recipe or run config (`RUN_KEYS`: the LoptiGRPOConfig key each
     one mirrors)."""
 
-    edges: tuple[float, ...] = field(
-        default=QUARTILES, metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."}
+    edges: list[float] = field(
+        default_factory=lambda: list(QUARTILES),
+        metadata={"help": "Edges of the π_old buckets, from 0 to 1 (the paper: quartiles)."},
     )
-    optimizers: tuple[str, ...] = field(
-        default=("sgd",),
+    optimizers: list[str] = field(
+        default_factory=lambda: ["sgd"],
         metadata={
             "help": "Optimizer regimes of the one update: sgd (the paper's analysis), adamw (the trainer's AdamW, "
             "fresh state), adamw_warm (the same after warmup_updates RL updates on other batches)."
@@ -89,8 +90,8 @@ class ProbeConfig:
             "packing.py): the same log-probs up to float rounding, far fewer tokens when responses share prompts."
         },
     )
-    methods: tuple[str, ...] = field(
-        default=PAPER_METHODS,
+    methods: list[str] = field(
+        default_factory=lambda: list(PAPER_METHODS),
         metadata={
             "help": "Methods whose update is compared, as `lopti compare --variants` names them: grpo, ar, lopti, "
             "the credit presets (stapo, high_entropy, entropyNN, clip_cov, kl_cov, w_reinforce, tr_grpo, stare) "

@@ -23,11 +23,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from lopti.commands.files import folder_lock
 from lopti.commands.settings import resolve
 from lopti.core.methods import PAPER_METHODS
+from lopti.errors import check_number
 from lopti.experiments.grid import parse_grid, run_grid
 from lopti.experiments.jobs import BACKENDS, run_jobs, threads_per_run
 from lopti.experiments.plan import METRICS, check_registered, register, study_plan
@@ -47,9 +48,6 @@ from lopti.experiments.study import (
 class CompareConfig:
     """What `lopti compare` runs; its other settings are `lopti train`'s, applied to every run."""
 
-    config: str | None = field(
-        default=None, metadata={"help": "Base recipe (null: the embedded recipe `lopti train` uses by default)."}
-    )
     variants: list[str] = field(
         default_factory=lambda: list(PAPER_METHODS),
         metadata={
@@ -131,12 +129,12 @@ class CompareConfig:
             "is kept in threads.json and reused when it is resumed.",
         },
     )
-    BOUNDS: ClassVar[dict[str, dict[str, Any]]] = {
-        "jobs": {"min": 1},
-        "alpha": {"above": 0, "max": 0.5},
-        "threads": {"min": 0},
-    }
     _argument_group_name = "CompareConfig (lopti): the study; every lopti train setting below applies to each run"
+
+    def __post_init__(self) -> None:
+        check_number("jobs", self.jobs, low=1)
+        check_number("alpha", self.alpha, above=0, high=0.5)
+        check_number("threads", self.threads, low=0)
 
 
 def run_all(

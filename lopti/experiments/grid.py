@@ -17,9 +17,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.fields import check_keys, parse_value
+from lopti.commands.arguments import check_keys
 from lopti.commands.files import claim_folder, folder_lock, write_atomic
-from lopti.commands.settings import check_run_values, resolve, train_keys
+from lopti.commands.settings import resolve, train_keys, train_parser
+from lopti.errors import SettingError, UserError
 from lopti.experiments.compare_report import write_compare_report
 from lopti.experiments.jobs import run_jobs, threads_per_run
 from lopti.experiments.plan import check_registered, study_plan
@@ -35,6 +36,7 @@ from lopti.experiments.study import (
     train_keeping_records,
     train_settings,
 )
+from lopti.train.config import LoptiGRPOConfig
 
 GRID_FILE = "grid.json"
 # set by each variant or by compare itself, so a grid over them would run the same thing at every point
@@ -63,12 +65,22 @@ def parse_grid(text: str, overrides: dict[str, Any]) -> dict[str, list[str]]:
         unusable = [value for value in texts if "/" in value or "=" in value]
         if unusable:
             raise ValueError(f"--grid {key}: value {unusable[0]!r} cannot name a folder")
-        values = [check_run_values({key: parse_value(value)}, f"--grid {key}")[key] for value in texts]
+        values = [grid_value(key, value) for value in texts]
+        try:
+            for value in values:
+                LoptiGRPOConfig.check_trl_bounds({key: value})
+        except SettingError as error:
+            raise UserError(f"--grid {key}: {error}") from None
         repeated = [t for t, v in zip(texts, values, strict=True) if values.count(v) > 1]
         if repeated:
             raise ValueError(f"--grid {key}: {', '.join(repeated)} are the same value")
         grid[key] = texts
     return grid
+
+
+def grid_value(key: str, text: str) -> Any:
+    """Return a grid value as `lopti train`'s flag `--key` reads it."""
+    return train_parser().typed({key: text}, f"--grid {key}")[key]
 
 
 def grid_points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
@@ -104,7 +116,7 @@ def run_grid(
     """
     points = []
     for values in grid_points(grid):
-        point_base = resolve(config, overrides | {key: parse_value(value) for key, value in values.items()})
+        point_base = resolve(config, overrides | {key: grid_value(key, value) for key, value in values.items()})
         check_variants(point_base, study.variants)
         points.append((values, out / point_label(values), point_base))
     base = resolve(config, overrides)
@@ -170,10 +182,10 @@ def grid_table(identity: dict[str, Any], results: dict[str, Any]) -> str:
 
 
 def _numbers(texts: list[str]) -> list[float] | None:
-    values = [parse_value(text) for text in texts]
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return [float(v) for v in values]
-    return None
+    try:
+        return [float(text) for text in texts]
+    except ValueError:
+        return None
 
 
 def plot_grid(out: Path, identity: dict[str, Any], results: dict[str, Any]) -> Path | None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
 
-from lopti.errors import UserError
+from lopti.errors import UserError, check_number
 
 # the help of a `lopti data` command's seed
-SEED_HELP = "Seed of the generated data (a number or a word); the same seed and settings give identical files."
+SEED_HELP = "Seed of the generated data; the same seed and settings give identical files."
 
 
 @dataclass
@@ -42,9 +41,16 @@ class TaskData:
     fixed_names: bool = field(
         default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
     )
-    # each field's bounds (lopti.commands.fields), which the commands check as they read the settings; a task's
-    # `data_settings` class takes those of the TaskData keys it has by naming this table
-    BOUNDS: ClassVar[dict[str, dict[str, int]]] = {"train_puzzles": {"min": 1}, "eval_puzzles": {"min": 0}}
+
+    def __post_init__(self) -> None:
+        check_puzzle_counts(self, fewest_train=0)  # `lopti eval` builds the held-out split alone
+
+
+def check_puzzle_counts(data: object, fewest_train: int = 1) -> None:
+    """Refuse fewer than `fewest_train` training prompts or a negative held-out count: what TaskData, `lopti train`'s
+    settings and a task's `lopti data` settings share."""
+    check_number("train_puzzles", data.train_puzzles, low=fewest_train)
+    check_number("eval_puzzles", data.eval_puzzles, low=0)
 
 
 def task_data_field(name: str, **changes):

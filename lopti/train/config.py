@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from trl import GRPOConfig
 
 from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, SPLITS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
-from lopti.errors import UserError
+from lopti.errors import SettingError, UserError, check_number
 from lopti.train.guards import GROWTH_LIMIT
 
 # TRL loss types that lopti's objective computes exactly as GRPOTrainer does, whatever lopti's settings.
@@ -163,48 +163,59 @@ class LoptiGRPOConfig(GRPOConfig):
     )
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "token_credit_kwargs"]
-    # The lopti commands check these bounds of TRL / transformers fields as they read the settings, before the config
-    # is built (lopti.commands.fields): neither library checks them there, and out of them a run failed late (a
-    # traceback once the model was built) or silently (a run that trains nothing). "or": allowed sentinels. Bounds
-    # the libraries check (warmup_steps ≥ 0, ...) are theirs: the config is built before any model, and its
-    # ValueError is one line. num_generations is here although TRL checks it, because the batch-shape message above
-    # divides by it first. tests/commands/test_trainer_bounds.py fails when a TRL or transformers release starts
-    # checking one of these, so that it can leave this table.
-    BOUNDS: ClassVar[dict[str, dict[str, object]]] = {
-        "learning_rate": {"min": 0},
-        "num_generations": {"min": 2},
-        "per_device_train_batch_size": {"min": 1},
-        "per_device_eval_batch_size": {"min": 1},
-        "gradient_accumulation_steps": {"min": 1},
-        "steps_per_generation": {"min": 1},
-        "generation_batch_size": {"min": 1},
-        "num_iterations": {"min": 1},
-        "max_steps": {"min": 1, "or": (-1,)},
+    # Bounds of TRL / transformers fields that neither library checks, refused in `__post_init__`: out of them a run
+    # failed late (a traceback once the model was built) or silently (a run that trains nothing). Bounds the libraries
+    # check (warmup_steps ≥ 0, ...) are theirs. num_generations is here although TRL checks it, because the batch-shape
+    # message below divides by it first. tests/commands/test_trainer_bounds.py fails when a TRL or transformers
+    # release starts checking one of these, so that it can leave this table. None (unset) is never checked.
+    TRL_BOUNDS: ClassVar[dict[str, dict[str, object]]] = {
+        "learning_rate": {"low": 0},
+        "num_generations": {"low": 2},
+        "per_device_train_batch_size": {"low": 1},
+        "per_device_eval_batch_size": {"low": 1},
+        "gradient_accumulation_steps": {"low": 1},
+        "steps_per_generation": {"low": 1},
+        "generation_batch_size": {"low": 1},
+        "num_iterations": {"low": 1},
+        "max_steps": {"low": 1, "allowed": (-1,)},
         "num_train_epochs": {"above": 0},
-        "beta": {"min": 0},
-        "max_completion_length": {"min": 1},
+        "beta": {"low": 0},
+        "max_completion_length": {"low": 1},
         "temperature": {"above": 0},
-        "top_p": {"above": 0, "max": 1},
-        "top_k": {"min": 0},  # 0: off (TRL's default)
-        "min_p": {"min": 0, "max": 1},
+        "top_p": {"above": 0, "high": 1},
+        "top_k": {"low": 0},  # 0: off (TRL's default)
+        "min_p": {"low": 0, "high": 1},
         "repetition_penalty": {"above": 0},
-        "epsilon": {"min": 0},
-        "epsilon_high": {"min": 0},
-        "max_grad_norm": {"min": 0},
-        "weight_decay": {"min": 0},
+        "epsilon": {"low": 0},
+        "epsilon_high": {"low": 0},
+        "max_grad_norm": {"low": 0},
+        "weight_decay": {"low": 0},
         "logging_steps": {"above": 0},
         "save_steps": {"above": 0},
         "eval_steps": {"above": 0},
-        "save_total_limit": {"min": 1},
-        "seed": {"min": 0, "max": 2**32 - 1},  # numpy's limit
-        "data_seed": {"min": 0},
-        "importance_sampling_level": {"choices": ("token", "sequence")},
+        "save_total_limit": {"low": 1},
+        "seed": {"low": 0, "high": 2**32 - 1},  # numpy's limit
+        "data_seed": {"low": 0},
     }
     _argument_group_name = (
         "LoptiGRPOConfig (lopti): how to train, on TRL's GRPOConfig and transformers' TrainingArguments"
     )
 
+    @classmethod
+    def check_trl_bounds(cls, values: dict[str, Any]) -> None:
+        """Refuse a value of `values` (settings by key) outside `TRL_BOUNDS`: `__post_init__` checks its own, and a
+        study checks every run's before the first one trains."""
+        for key, bounds in cls.TRL_BOUNDS.items():
+            if values.get(key) is not None:
+                check_number(key, values[key], **bounds)
+        level = values.get("importance_sampling_level", "token")
+        if level not in ("token", "sequence"):
+            raise SettingError(
+                "importance_sampling_level", f"importance_sampling_level must be one of token, sequence, got {level!r}"
+            )
+
     def __post_init__(self) -> None:
+        self.check_trl_bounds(vars(self))
         if isinstance(self.token_credit, str):  # `--token_credit stapo+high_entropy` on the command line
             self.token_credit = [
                 name.strip() for name in self.token_credit.replace("+", ",").split(",") if name.strip()

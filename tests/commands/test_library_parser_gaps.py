@@ -1,6 +1,6 @@
 """What transformers' `HfArgumentParser` and TRL's `TrlParser` (HfArgumentParser with --config) do not do that `lopti`
-commands rely on: the layer lopti/commands/command_line.py and fields.py add over HfArgumentParser. Each test fails
-when a release closes its gap, so that the layer can shrink.
+commands rely on: what lopti/commands/arguments.py adds over TrlParser. Each test fails when a release closes its gap,
+so that the layer can shrink.
 """
 
 import argparse
@@ -25,7 +25,7 @@ def from_recipe(tmp_path, text: str) -> GRPOConfig:
 
 
 def test_field_metadata_beyond_help_is_handed_to_argparse():
-    """Every metadata key goes to `add_argument`, so a field's bounds live in its class's `BOUNDS` table."""
+    """Every metadata key goes to `add_argument`, so a field's bounds are checked in its class's `__post_init__`."""
 
     @dataclass
     class Bounded:
@@ -36,12 +36,13 @@ def test_field_metadata_beyond_help_is_handed_to_argparse():
 
 
 def test_a_value_past_its_bound_builds_the_config(tmp_path):
-    """Neither library checks these bounds (LoptiGRPOConfig.BOUNDS; tests/commands/test_trainer_bounds.py)."""
+    """Neither library checks these bounds (LoptiGRPOConfig.TRL_BOUNDS; tests/commands/test_trainer_bounds.py)."""
     assert from_recipe(tmp_path, "temperature: -1\n").temperature == -1
 
 
 def test_a_recipe_value_of_the_wrong_type_builds_the_config(tmp_path):
-    """A YAML value that is not text reaches the dataclass unchecked: lopti checks each (`fields.check_values`)."""
+    """A YAML value that is not text reaches the dataclass unchecked: lopti converts each by its flag's type
+    (`LoptiParser.typed`)."""
     assert from_recipe(tmp_path, "max_steps: 1.5\n").max_steps == 1.5
     assert from_recipe(tmp_path, "seed: yes\n").seed is True  # PyYAML's YAML 1.1 booleans
 

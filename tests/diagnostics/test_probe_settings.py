@@ -41,29 +41,25 @@ def test_adamw_settings_come_from_the_recipe():
     # `lopti analyze --config RECIPE` takes the AdamW regimes' settings from the recipe (`ProbeConfig.RUN_KEYS`);
     # the defaults are the embedded recipe's, so that the two cannot drift apart
     from lopti.cli import RECIPES
-    from lopti.commands.command_line import make_settings
     from lopti.commands.settings import from_run_config
 
     adamw = ("adam_lr", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm")
-    tiny = make_settings(AnalyzeConfig, {}, from_run_config(RECIPES / "kk-tiny-cpu.yaml", AnalyzeConfig))
+    tiny = AnalyzeConfig(**from_run_config(RECIPES / "kk-tiny-cpu.yaml", AnalyzeConfig))
     assert {key: getattr(tiny, key) for key in adamw} == {key: getattr(ProbeConfig(), key) for key in adamw}
-    smollm2 = make_settings(
-        AnalyzeConfig, {"max_grad_norm": 0.5}, from_run_config(RECIPES / "kk-smollm2-cpu.yaml", AnalyzeConfig)
-    )
+    smollm2 = AnalyzeConfig(**from_run_config(RECIPES / "kk-smollm2-cpu.yaml", AnalyzeConfig) | {"max_grad_norm": 0.5})
     assert smollm2.model == "smollm2-135m" and smollm2.adam_lr == 1e-6 and smollm2.weight_decay == 0.01
     assert smollm2.max_grad_norm == 0.5  # the command line over the recipe
     assert smollm2.temperature == AnalyzeConfig().temperature  # not in RUN_KEYS: the trainer's keys stay its own
 
 
 def test_method_settings_come_from_a_run_config_under_the_trainers_keys(tmp_path):
-    from lopti.commands.command_line import make_settings
     from lopti.commands.settings import from_run_config
 
     run = tmp_path / "config.yaml"
     run.write_text(
         "ar_alpha: 0.2\nlopti_eta: 0.4\nepsilon: 0.1\nepsilon_high: null\ndual_clip: 3.0\nnum_generations: 4\n"
     )
-    config = make_settings(AnalyzeConfig, {"lopti_eta": 0.6}, from_run_config(run, AnalyzeConfig))
+    config = AnalyzeConfig(**from_run_config(run, AnalyzeConfig) | {"lopti_eta": 0.6})
     assert (config.ar_alpha, config.lopti_eta, config.epsilon, config.epsilon_high, config.dual_clip) == (
         0.2, 0.6, 0.1, None, 3.0,
     )  # fmt: skip

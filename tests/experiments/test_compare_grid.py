@@ -40,7 +40,7 @@ def test_parse_grid_checks_keys_and_values_as_lopti_train_does():
     }
     problems = {
         "learning_rte=1e-4": "--grid: unknown key(s) 'learning_rte' (did you mean learning_rate",
-        "learning_rate=1e-4,abc": "--grid learning_rate: learning_rate must be a finite number, got 'abc'",
+        "learning_rate=1e-4,abc": "--grid learning_rate: learning_rate must be a number, got 'abc'",
         "learning_rate=1e-4,-1": "--grid learning_rate: learning_rate must be ≥ 0, got -1",
         "learning_rate=1e-4,0.0001": "--grid learning_rate: 1e-4, 0.0001 are the same value",
         "seed=1,2": "--grid seed: set by each variant or by compare",

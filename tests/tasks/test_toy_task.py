@@ -8,14 +8,13 @@ import random
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
 from lopti.cli import main
 from lopti.tasks import registry
 from lopti.tasks.completions import completion_text
-from lopti.tasks.task import SEED_HELP, Task, TaskData, task_data_field
+from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, task_data_field
 
 
 def addition_rows(data: TaskData) -> tuple[list[dict], list[dict]]:
@@ -61,8 +60,10 @@ class AdditionData:
     out: str = field(metadata={"help": "Output folder."})
     train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train sums."})
     eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test sums."})
-    data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
-    BOUNDS: ClassVar = TaskData.BOUNDS
+    data_seed: int = task_data_field("data_seed", metadata={"help": SEED_HELP})
+
+    def __post_init__(self) -> None:
+        check_puzzle_counts(self)
 
     def write(self) -> dict[str, Path]:
         folder = Path(self.out)

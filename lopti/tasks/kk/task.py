@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 from lopti.errors import check_output_folder
 from lopti.tasks.kk import rewards
 from lopti.tasks.kk.data import kk_records, write_kk
 from lopti.tasks.kk.prompts import trainer_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES
-from lopti.tasks.task import SEED_HELP, Task, TaskData, task_data_field
+from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, task_data_field
 
 DEFAULT_TEMPLATE = "chatml-think"
 
@@ -55,11 +54,13 @@ class KKData:
     people: str = task_data_field("people", metadata={"help": "Sizes: 5, 3-7 or 2,4,6."})
     train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train puzzles per size."})
     eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test puzzles per size."})
-    data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
+    data_seed: int = task_data_field("data_seed", metadata={"help": SEED_HELP})
     template: str | None = task_data_field("template")
     depth: int = field(default=2, metadata={"help": "Maximum statement depth."})
     width: int = field(default=2, metadata={"help": "Maximum operands of and/or."})
-    BOUNDS: ClassVar = TaskData.BOUNDS
+
+    def __post_init__(self) -> None:
+        check_puzzle_counts(self)
 
     def write(self) -> dict[str, Path]:
         """Write the files; return their paths by name."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 from lopti.errors import check_output_folder
 from lopti.tasks.math import reward
 from lopti.tasks.math.data import load_math_rows, math_records, trainer_rows, write_math
-from lopti.tasks.task import SEED_HELP, Task, TaskData, task_data_field
+from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, task_data_field
 
 DEFAULT_TEMPLATE = "chat"
 
@@ -48,9 +47,11 @@ class MathData:
     levels: str = task_data_field("levels", metadata={"help": "Levels 1-5: 2, 1-3 or 1,3,5."})
     train_puzzles: int = task_data_field("train_puzzles", default=1000, metadata={"help": "Train problems per level."})
     eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test problems per level."})
-    data_seed: int | str = task_data_field("data_seed", metadata={"help": SEED_HELP})
+    data_seed: int = task_data_field("data_seed", metadata={"help": SEED_HELP})
     template: str | None = task_data_field("template")
-    BOUNDS: ClassVar = TaskData.BOUNDS
+
+    def __post_init__(self) -> None:
+        check_puzzle_counts(self)
 
     def write(self) -> dict[str, Path]:
         """Write the files; return their paths by name."""

@@ -1,0 +1,176 @@
+"""The command line of a `lopti` command: TRL's `TrlParser` over the command's settings dataclasses.
+
+TrlParser makes a --flag per field, with its help, type and default, and reads a --config file into the defaults;
+each dataclass checks its values in `__post_init__`. What lopti adds: a mistake is one line naming the key, the value
+and where it came from, not argparse's usage block; an unknown key comes with the closest valid names; a settings file
+is read as YAML 1.2 reads booleans (`save_strategy: no` is the text "no") and numbers (1e-5), and its values are
+converted by the flags' own types; `given` returns only the settings given, so a recipe's value stands unless a flag
+changes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import inspect
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from trl import TrlParser
+
+from lopti.errors import UserError
+
+
+class SettingsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's booleans (true/false only) and floats (1e-5 without a dot)."""
+
+
+SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, rule) for tag, rule in rules if tag != "tag:yaml.org,2002:bool"]
+    for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for tag, rule, first in (
+    ("bool", "^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("float", r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$", "-+0123456789"),
+):
+    SettingsLoader.add_implicit_resolver(f"tag:yaml.org,2002:{tag}", re.compile(rule), list(first))
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Return the mapping in a YAML settings file, with errors naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"config file {path} is a folder; give the YAML file in it")
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SettingsLoader)  # a SafeLoader: plain values
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not a text file (byte {error.object[error.start]:#04x} at {error.start})") from None
+    except yaml.YAMLError as error:
+        raise UserError(f"{path}: not valid YAML ({' '.join(str(error).split())})") from None
+    if data is None:
+        raise UserError(f"{path}: the file is empty; a recipe names at least the model and the trainer settings")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def check_keys(keys: Iterable[str], known: Iterable[str], source: str) -> None:
+    """Refuse each key not in `known`, naming its source and the closest known keys."""
+    known = sorted(known)
+    said = []
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, 3)
+            said.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    if said:
+        raise UserError(f"{source}: unknown key(s) {'; '.join(said)}")
+
+
+TYPE_WORDS = {"int": "a whole number", "float": "a number", "string_to_bool": "true or false"}  # the flags' types
+
+
+class LoptiParser(TrlParser):
+    """TrlParser whose mistakes are one line and whose settings files are read as the command line is."""
+
+    def __init__(self, dataclass_types: Iterable[type], **kwargs: Any) -> None:
+        # "resolve": a key two dataclasses share (data_seed) is one flag, and its value goes to both
+        super().__init__(list(dataclass_types), allow_abbrev=False, conflict_handler="resolve", **kwargs)
+        self.flags = {action.dest: action for action in self._actions if action.dest not in ("help", "config")}
+        for action in self.flags.values():
+            action.help = (action.help or "").replace("%", "%%")  # argparse formats the help with %
+            action.required = False  # a --config file may give it: `build` names what neither gave
+        # --help: each class's own settings before those it inherits (LoptiGRPOConfig's before TRL's ~200)
+        own = set().union(*(inspect.get_annotations(kind) for kind in self.dataclass_types))
+        for group in self._action_groups:
+            group._group_actions.sort(key=lambda action: action.dest not in own)
+
+    def typed(self, values: dict[str, Any], source: str) -> dict[str, Any]:
+        """Return a settings file's `values` converted as their flags convert text, refusing unknown keys."""
+        check_keys(values, self.flags, source)
+        return {key: self._typed(key, value, source) for key, value in values.items()}
+
+    def _typed(self, key: str, value: Any, source: str) -> Any:
+        action = self.flags[key]
+        if action.nargs in ("+", "*") and value is not None:
+            items = value if isinstance(value, list) else [value]  # a single value is a list of one
+            return [self._typed_one(key, item, action, source) for item in items]
+        return None if value is None else self._typed_one(key, value, action, source)
+
+    @staticmethod
+    def _typed_one(key: str, value: Any, action: argparse.Action, source: str) -> Any:
+        kind, number = action.type, isinstance(value, (int, float)) and not isinstance(value, bool)
+        try:
+            if isinstance(value, str) or (kind is str and number):
+                value = kind(value) if kind else value
+            elif (kind is int and not (number and isinstance(value, int))) or (kind is float and not number):
+                raise ValueError
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            wanted = TYPE_WORDS.get(getattr(kind, "__name__", ""), "valid")
+            raise UserError(f"{source}: {key} must be {wanted}, got {value!r}") from None
+        if action.choices is not None and value not in action.choices:
+            raise UserError(f"{source}: {key} must be one of {', '.join(map(str, action.choices))}, got {value!r}")
+        return value
+
+    def given(self, words: list[str]) -> tuple[dict[str, Any], argparse.Namespace]:
+        """Return the settings that `words` give, converted by their flags, and the command's other options."""
+        unset = object()
+        namespace = argparse.Namespace(**dict.fromkeys(self.flags, unset))
+        namespace, extra = self.parse_known_args(self._listed(words), namespace)
+        if extra:
+            keys = [word[2:].partition("=")[0].replace("-", "_") for word in extra if word.startswith("--")]
+            check_keys(keys, self.flags, "command line")
+            raise UserError(f"command line: unexpected {extra[0]!r}; settings are given as --key value")
+        values = vars(namespace)
+        settings = {key: value for key in self.flags if (value := values.pop(key)) is not unset}
+        for key, value in settings.items():
+            if value == "" or (isinstance(value, list) and "" in value):
+                raise UserError(f"command line: {key}: empty value; give one (or leave the flag out for its default)")
+        return settings, namespace
+
+    def _listed(self, words: list[str]) -> list[str]:
+        """Return `words` with each value of a list setting written "a,b" (as recorded commands write lists) split
+        into the words argparse takes ("a" "b")."""
+        out, listing = [], False
+        for word in words:
+            if word.startswith("--"):
+                key, equals, value = word[2:].partition("=")
+                action = self.flags.get(key.replace("-", "_"))
+                listing = action is not None and action.nargs in ("+", "*")
+                out += [f"--{key}", *value.split(",")] if listing and equals else [word]
+                listing = listing and not equals
+            else:
+                out += word.split(",") if listing else [word]
+        return out
+
+    def build(self, settings: dict[str, Any]) -> tuple[Any, ...]:
+        """Return the command's dataclasses made from `settings`, each field not in it at its default."""
+        made = []
+        for kind in self.dataclass_types:
+            own = [item for item in dataclasses.fields(kind) if item.init]
+            required = [item.name for item in own if item.default is item.default_factory is dataclasses.MISSING]
+            missing = [f"--{name}" for name in required if name not in settings]
+            if missing:
+                raise UserError(f"command line: {', '.join(missing)} is required")
+            made.append(kind(**{item.name: settings[item.name] for item in own if item.name in settings}))
+        return tuple(made)
+
+    def error(self, message: str) -> NoReturn:
+        """Raise argparse's complaint as one line that names the key (argparse prints its usage, then exits)."""
+        flag = re.match(r"argument --([\w-]+)[^:]*: (.*)", message)
+        if flag:
+            key, said = flag[1].replace("-", "_"), flag[2]
+            value = re.fullmatch(r"invalid (\w+) value: (.*)|Truthy value expected: got (.*?) but .*", said)
+            choice = re.fullmatch(r"invalid choice: (.*) \(choose from (.*)\)", said)
+            if value:  # worded as a settings file's value is (`typed`)
+                wanted = TYPE_WORDS.get(value[1] or "string_to_bool", "valid")
+                said = f"{key} must be {wanted}, got {value[2] or repr(value[3])}"
+            elif choice:
+                said = f"{key} must be one of {choice[2]}, got {choice[1]}"
+            message = said if said.startswith(key) else f"{key}: {said}"
+        raise UserError(f"command line: {message}")
