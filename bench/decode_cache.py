@@ -1,6 +1,6 @@
 """The sampling loop's cache handling on long answers: the default's evaluation and rollout, two settings interleaved.
 
-`lopti/train/decode.py` drops ended rows from the batch together, once they are 1 / LEAVE_AT of it, into a cache
+`lopti/cpu/decode.py` drops ended rows from the batch together, once they are 1 / LEAVE_AT of it, into a cache
 preallocated for the whole answer budget; before, every row left as it ended and the evaluation (which passes its
 budget as `max_new_tokens`) decoded into a DynamicCache that concatenates every layer at each step. This script
 times both on a trained model of the default recipe (answers up to 300 tokens): the held-out evaluation (900
@@ -25,9 +25,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Gene
 from lopti.cli import default_recipe
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import EVAL_BATCH_SIZE, task_datasets
+from lopti.cpu import decode, packing
 from lopti.evaluation.generation import generate
 from lopti.tasks.registry import get_task
-from lopti.train import decode, packing
 
 
 def dynamic_cache(model, capacity: int) -> DynamicCache:

@@ -19,9 +19,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from lopti.cli import default_recipe
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
+from lopti.cpu.packing import fast_generation
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.tasks.registry import get_task
-from lopti.train.packing import fast_generation
 
 
 def main() -> None:

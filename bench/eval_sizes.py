@@ -21,11 +21,11 @@ import torch
 from lopti.cli import default_recipe
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
+from lopti.cpu.packing import fast_generation
+from lopti.cpu.precision import LowPrecisionCopy, hardware, native_bf16
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
-from lopti.train.packing import fast_generation
-from lopti.train.precision import LowPrecisionCopy, hardware, native_bf16
 
 
 def evaluate(model, weights, tokenizer, task, rows, run, greedy: int, sampled: int) -> float:

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lopti.train.precision import hardware
+from lopti.cpu.precision import hardware
 
 
 def first_run(flags: list[str], out: Path) -> tuple[float, str]:

@@ -75,8 +75,8 @@ def train(name: str, model_dir: Path, prompts, options: dict, batches: int, cuda
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from lopti.cpu.fast_path import CpuFastPath
     from lopti.train.config import LoptiGRPOConfig
-    from lopti.train.fast_path import CpuFastPath
     from lopti.train.trainer import LoptiGRPOTrainer
 
     lopti_options = {"grpo": {}, "ar+lopti": {"ar_alpha": 0.3, "lopti": True, "num_iterations": 2}}.get(name)

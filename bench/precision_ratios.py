@@ -25,10 +25,10 @@ from profile_step import COMPONENTS, one_run
 
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
+from lopti.cpu.packing import fast_generation
 from lopti.evaluation.generation import generate, prompt_text
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
-from lopti.train.packing import fast_generation
 
 CONFIG = "configs/math-smollm2-ar-cpu.yaml"
 VARIANTS = {

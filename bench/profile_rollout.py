@@ -25,9 +25,9 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from lopti.commands.settings import RunConfig
+from lopti.cpu.packing import shared_prefill_generate
 from lopti.models.loading import load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
-from lopti.train.packing import shared_prefill_generate
 
 PROMPTS, GROUP, MAX_NEW_TOKENS = 8, 8, 48
 ATTENTION = "attention over the cache (sdpa; the decode steps' matmuls)"

@@ -1,7 +1,7 @@
 """Check that two runs logged the same metrics at every step: `metrics.jsonl` line by line, timing fields left out.
 
 For a change that must not change training (a refactor): run the same seeded configuration, with the same thread
-count, on the code before and after, then compare. The check used for lopti/train/fast_path.py's refactor:
+count, on the code before and after, then compare. The check used for lopti/cpu/fast_path.py's refactor:
 
     OMP_NUM_THREADS=1 lopti train --max_steps 8 --evaluate false --report_to none --save_steps 100 --output_dir A
     (the same on the other code, --output_dir B)

@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 
 from lopti.commands.files import write_atomic
+from lopti.cpu.packing import fast_generation
 from lopti.evaluation.scoring import judge_rows, summarise
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.math.data import math_records
 from lopti.tasks.math.generate import generate_problems
 from lopti.tasks.math.prompts import render_prompt
 from lopti.tasks.math.task import math_judge
-from lopti.train.packing import fast_generation
 
 TEMPLATES = ("chat", "chat-example")
 LEVELS = (1, 2)

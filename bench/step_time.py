@@ -30,10 +30,10 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.commands.settings import RunConfig
+from lopti.cpu import CpuLoptiGRPOTrainer
 from lopti.models.loading import load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.trainer import LoptiGRPOTrainer
 
 VARIANTS = {
@@ -41,8 +41,8 @@ VARIANTS = {
     "lopti-grpo": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {}),
     "+ar": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {"ar_alpha": 0.3}),
     "+lopti": (CpuLoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2}),
-    "lopti-grpo padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"cpu_fast_path": False}),
-    "+lopti padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2, "cpu_fast_path": False}),
+    "lopti-grpo padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {}),
+    "+lopti padded": (LoptiGRPOTrainer, LoptiGRPOConfig, {"lopti": True, "num_iterations": 2}),
 }
 SHAPES = {  # model -> (completions per batch, group size, completion tokens, K&K template, fixed names)
     "tiny": (64, 8, 48, "terse", True),
@@ -195,7 +195,8 @@ def markdown(results: list[dict], command: str, seconds: float) -> str:
         "",
         f"Produced by `{command}` ({torch.get_num_threads()} torch threads, CPU) in {seconds:.0f} s. "
         "Ratios are measured side by side in one run (variants interleaved, warm-up step dropped); "
-        'min / median / max over rounds. "padded" variants turn off `cpu_fast_path` (TRL\'s padded forward).',
+        'min / median / max over rounds. "padded" variants are `LoptiGRPOTrainer`, what `cpu_fast_path: false` '
+        "trains with (TRL's padded forward).",
         "",
         "| model | ratio | min / median / max |",
         "|---|---|---|",

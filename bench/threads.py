@@ -17,8 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
 from trl.trainer.utils import add_fused_lm_head
 
+from lopti.cpu.packing import packed_log_probs, shared_prefill_generate
 from lopti.models.loading import resolve_model
-from lopti.train.packing import packed_log_probs, shared_prefill_generate
 
 
 def default_batch(vocab: int, completion_length: int = 40) -> tuple[torch.Tensor, torch.Tensor, int]:

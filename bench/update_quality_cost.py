@@ -21,9 +21,9 @@ import time
 
 import step_time  # bench/step_time.py: this script runs from bench/ (python bench/update_quality_cost.py)
 
+from lopti.cpu import CpuLoptiGRPOTrainer
 from lopti.models.loading import resolve_model
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.update_quality import UpdateQuality
 
 LOPTI = {"ar_alpha": 0.3, "lopti": True, "num_iterations": 2}

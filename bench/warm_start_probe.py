@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from lopti.cpu.packing import fast_generation
 from lopti.models.embedded import SHIPPED
 from lopti.tasks.kk.rewards import accuracy
-from lopti.train.packing import fast_generation
 
 
 def started_accuracy(model, tokenizer, rows: list[dict], start: str, temperature: float, samples: int) -> float:

@@ -49,7 +49,7 @@ def _train(args: argparse.Namespace) -> None:
     from lopti.commands.resume import resumed_settings
     from lopti.commands.settings import resolve
     from lopti.commands.train_run import train
-    from lopti.train.precision import with_cpu_precision
+    from lopti.cpu import with_cpu_precision
 
     given = args.settings
     config = Path(args.config) if args.config else default_recipe(given.get("task"))

@@ -16,6 +16,7 @@ README = (ROOT / "README.md").read_text().splitlines()
 # what a reader of the API reference must find there, page by page (anchors mkdocstrings gives each object)
 API = {
     "train": ["lopti.train.LoptiGRPOTrainer", "lopti.train.LoptiGRPOConfig"],
+    "cpu": ["lopti.cpu.CpuLoptiGRPOTrainer", "lopti.cpu.trainer_class"],
     "core": [
         "lopti.core.objective.token_objective",
         "lopti.core.advantages.grpo_advantages",

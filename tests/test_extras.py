@@ -70,6 +70,13 @@ def test_without_trl_the_trainer_and_the_command_say_which_extra_in_one_line():
     assert 'pip install "lopti[cli]"' in command.stderr
 
 
+def test_without_trl_the_cpu_engine_says_which_extra_in_one_line():
+    imported = subprocess.run([sys.executable, "-c", WITHOUT_TRL + "import lopti.cpu"], capture_output=True, text=True)
+    assert imported.returncode == 1
+    assert "lopti.extras.MissingExtra: lopti.cpu needs trl<1.17,>=1.16 (not installed)" in imported.stderr
+    assert "import accelerate" not in imported.stderr and "import trl" not in imported.stderr
+
+
 def test_lopti_data_needs_only_the_base_install(tmp_path):
     code = WITHOUT_TRL + f"from lopti.cli import main; assert main(['data', 'math', '--out', {str(tmp_path)!r}]) == 0\n"
     code += "assert 'trl' not in sys.modules and 'lopti.train' not in sys.modules"

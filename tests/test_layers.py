@@ -1,7 +1,9 @@
 """The package's layers import one way (CONTRIBUTING.md's Layout section names them):
 
     core ← tasks ← models, evaluation ← diagnostics ← commands ← experiments ← cli
-    core ← train (the TRL integration) ← commands;  core, tasks ← integrations (verl)
+    core ← train (the TRL integration) ← cpu (the CPU engine) ← commands;  core, tasks ← integrations (verl)
+
+The CPU engine is entered from its package only: the other layers import `lopti.cpu`, never its modules.
 
 `errors`, `bounded`, `console` and `extras` are leaf modules every layer but core may use.
 """
@@ -21,10 +23,11 @@ ALLOWED = {
     "models": {"core", "tasks", "models"} | LEAVES,
     "evaluation": {"core", "tasks", "evaluation"} | LEAVES,
     "train": {"core", "train"} | LEAVES,
+    "cpu": {"core", "train", "cpu"} | LEAVES,
     "diagnostics": {"core", "tasks", "models", "evaluation", "diagnostics"} | LEAVES,
     "integrations": {"core", "tasks", "integrations"} | LEAVES,
-    "commands": {"core", "tasks", "models", "evaluation", "train", "diagnostics", "commands"} | LEAVES,
-    "experiments": {"core", "tasks", "models", "evaluation", "train", "diagnostics", "commands", "experiments"}
+    "commands": {"core", "tasks", "models", "evaluation", "train", "cpu", "diagnostics", "commands"} | LEAVES,
+    "experiments": {"core", "tasks", "models", "evaluation", "train", "cpu", "diagnostics", "commands", "experiments"}
     | LEAVES,
     "errors": set(),
     "extras": {"errors"},
@@ -59,6 +62,27 @@ def test_no_upward_imports(layer):
     for path in files:
         upward = lopti_imports(path) - ALLOWED[layer]
         assert not upward, f"{path.relative_to(PACKAGE.parent)} imports lopti.{upward}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Return the full names of the lopti modules and packages a file imports (`from lopti.x import y`: lopti.x,
+    and lopti.x.y where that is a module of lopti.x)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith("lopti.")}
+
+
+def test_the_cpu_engine_is_entered_from_its_package_only():
+    inner = {f"lopti.cpu.{path.stem}" for path in (PACKAGE / "cpu").glob("*.py") if path.stem != "__init__"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if (PACKAGE / "cpu") not in path.parents:
+            reached = sorted(imported_modules(path) & inner)
+            assert not reached, f"{path.relative_to(PACKAGE.parent)} imports {reached}: import them from lopti.cpu"
 
 
 def test_every_module_belongs_to_a_layer():

@@ -26,6 +26,16 @@ class RunConfig(TaskData):
     """What to train: model, task data (`TaskData`), rewards, LoRA, resume and the held-out evaluation."""
 
     model: str = field(default="tiny", metadata={"help": MODEL_HELP})
+    cpu_fast_path: bool = field(
+        default=True,
+        metadata={
+            "help": "On the CPU, train with lopti's CPU trainer (lopti.cpu): each prompt once per group of "
+            "completions in the rollout's prefill and in the log-prob forwards, and with num_iterations > 1 the old "
+            "log-probs from the first pass's forward instead of a forward of their own. The same numbers up to "
+            "float rounding, in about half the time (docs/performance.md). No effect on other devices, or for PEFT, "
+            "vision and non-sdpa models. False trains with LoptiGRPOTrainer on TRL's own code paths."
+        },
+    )
     rewards: list[str] | None = field(
         default=None,
         metadata={

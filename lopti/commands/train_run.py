@@ -36,16 +36,14 @@ from lopti.commands.report import write_report
 from lopti.commands.resume import check_resume_settings
 from lopti.commands.settings import RunConfig, split
 from lopti.console import rl_columns, use_lopti_console
+from lopti.cpu import evaluation_generation, hardware, precision_words, trainer_class
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.evaluation.token_probabilities import answer_token_counts
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import get_task
 from lopti.tasks.task import Task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.cpu import CpuLoptiGRPOTrainer
-from lopti.train.fast_path import CpuFastPath, is_sharded
-from lopti.train.packing import fast_generation, packing_applies
-from lopti.train.precision import hardware, precision_words
+from lopti.train.engines import is_sharded
 from lopti.train.trainer import LoptiGRPOTrainer
 
 # Prompts per evaluation batch: the CPU fast path's loop drops rows as they end, so long batches cost little
@@ -154,11 +152,6 @@ class Training:
     model_path: str
 
 
-def trainer_class(args: LoptiGRPOConfig) -> type[LoptiGRPOTrainer]:
-    """Return the trainer for the device the run trains on: with the CPU fast path on the CPU, TRL's paths elsewhere."""
-    return CpuLoptiGRPOTrainer if args.cpu_fast_path and args.device.type == "cpu" else LoptiGRPOTrainer
-
-
 def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
     """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
@@ -176,7 +169,7 @@ def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) ->
     prompts = [*train["prompt"], *(evaluation["prompt"] if run.evaluate else [])]
     check_lengths(run.model, model_path, tokenizer, prompts, budgets)
     funcs, args.reward_weights = task_rewards(task, run, weights, tokenizer)
-    trainer = trainer_class(args)(
+    trainer = trainer_class(args.device, run.cpu_fast_path)(
         model=load_model(model_path),
         reward_funcs=funcs,
         args=args,
@@ -207,25 +200,16 @@ def held_out_eval(
         reward_errors=trainer.args.reward_errors, reward_timeout=trainer.args.reward_timeout,
     )  # fmt: skip
     sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    fast = (  # the CPU trainer's generation: LoptiGRPOTrainer's is TRL's own
-        isinstance(trainer, CpuFastPath)
-        and packing_applies(model, trainer.accelerator.device, trainer.args.cpu_fast_path)
-        and not is_sharded(trainer)
-    )
 
     def compute() -> tuple[dict, dict | None]:
-        # sampled answers from the model's distribution, not from generate's random numbers (which draw an Exp(1)
-        # number per vocabulary entry per row and step: as long as the forward for a large vocabulary)
-        weights = trainer.generation_weights(model) if fast else model
-        fast_context = fast_generation(model, weights, same_draws=False) if fast else None
+        weights, generation = evaluation_generation(trainer)  # on the CPU trainer, the rollout's generation
         count_tokens = None
         if run.eval_token_probabilities:  # on the weights the answers were sampled with
             count_tokens = functools.partial(
                 answer_token_counts, weights, trainer.processing_class, temperature=run.eval_temperature,
                 edges=trainer.args.probability_buckets,
             )  # fmt: skip
-        with fast_context or contextlib.nullcontext():
+        with generation:
             greedy = evaluate(rows=rows, description=f"{label}, greedy")
             return greedy, evaluate(
                 rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature,
@@ -258,7 +242,7 @@ def start_eval_key(training: Training, run: RunConfig) -> str | None:
         "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
         "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
         "token_probabilities": list(trainer.args.probability_buckets) if run.eval_token_probabilities else None,
-        "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": trainer.args.cpu_fast_path, "bf16": trainer.args.bf16,
+        "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": run.cpu_fast_path, "bf16": trainer.args.bf16,
         "sampling": "inverse-cdf",
         "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
     }  # fmt: skip

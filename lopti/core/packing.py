@@ -7,7 +7,7 @@ prompt's. Each completion token's log-prob is then the same function of the weig
 (RoPE depends on relative positions only, and left padding only shifts them), and the gradient reaching the
 shared prompt is the sum of what its copies would get; only float rounding differs. The prompt's last token is
 repeated at the head of each completion's segment, because its hidden state predicts the completion's first
-token. Pure tensor layout, no model: the trainer's CPU fast path (lopti/train/packing.py) and the one-update
+token. Pure tensor layout, no model: the trainer's CPU fast path (lopti/cpu/packing.py) and the one-update
 probe (lopti/diagnostics/probe.py) both run their forwards on it.
 """
 

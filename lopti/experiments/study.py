@@ -131,7 +131,7 @@ def study_precision(out: Path, base: dict[str, Any]) -> dict[str, Any]:
     """
     import yaml
 
-    from lopti.train.precision import native_bf16, with_cpu_precision
+    from lopti.cpu import native_bf16, with_cpu_precision
 
     chosen = {key: base[key] for key in ("bf16", "fp16") if key in base}
     if chosen:

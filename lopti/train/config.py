@@ -118,17 +118,6 @@ class LoptiGRPOConfig(GRPOConfig):
             "after phase 1's update alone (a second extra forward). 0 (default) turns it off."
         },
     )
-    cpu_fast_path: bool = field(
-        default=True,
-        metadata={
-            "help": "Read by CpuLoptiGRPOTrainer (lopti.train.cpu, what `lopti train` uses on the CPU; "
-            "LoptiGRPOTrainer always runs TRL's own code paths). On the CPU (lopti/train/packing.py): run each "
-            "prompt once per group of completions in the rollout's prefill and in the log-prob forwards, and with "
-            "num_iterations > 1 take the old log-probs from the first pass's forward instead of a forward of their "
-            "own. The same numbers up to float rounding, in about half the time (docs/performance.md). No effect on "
-            "other devices, or for PEFT, vision and non-sdpa models. False runs TRL's own code paths."
-        },
-    )
     max_nonfinite_losses: int = field(
         default=3,
         metadata={

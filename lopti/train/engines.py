@@ -55,6 +55,14 @@ def ignored_fsdp_config(trainer: Any) -> str | None:
     )
 
 
+def is_sharded(trainer: Any) -> bool:
+    """Return True when `trainer`'s model is sharded across processes (FSDP, DeepSpeed ZeRO-3). Each forward of a
+    sharded model gathers its weights, a collective every process must join: a forward that only some processes run
+    (one process's evaluation, or a count of forwards that depends on each process's own batch) leaves them waiting."""
+    zero_stage = getattr(trainer.accelerator.state.deepspeed_plugin, "zero_stage", 0)
+    return trainer.is_fsdp_enabled or zero_stage == 3
+
+
 def check_engines(trainer: Any) -> None:
     """Raise UserError when the trainer's engines cannot train as its settings ask (see the module)."""
     if trainer.use_vllm and trainer.vllm_mode == "colocate":

@@ -15,8 +15,7 @@ head (`LogSumSqCapture`: the exact gradient share) and the loss pass's log-probs
 micro-batch to the update-quality measurement (lopti/train/update_quality.py) when `update_quality_every` asks.
 Trainer's `_issue_warnings_after_load` leaves the tied weights out of a resume's "missing keys" warning.
 Lopti's schedule (which pass over a generated batch is which phase) is `lopti_phase`, below.
-This class runs TRL's own forwards everywhere; the CPU fast path is a separate mixin, composed with it in
-`lopti.train.cpu.CpuLoptiGRPOTrainer`.
+This class runs TRL's own forwards on every device.
 """
 
 from __future__ import annotations
@@ -105,8 +104,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
 
     Use it exactly like `trl.GRPOTrainer`, with a `LoptiGRPOConfig`. With `ar_alpha=0`, `lopti=False`,
     no `token_credit` and `advantage_estimator=None` it trains exactly like GRPOTrainer, whatever TRL loss options
-    are set (docs/guides/trl.md); `CpuLoptiGRPOTrainer` (lopti.train.cpu) does, to float rounding, in about half the
-    time on the CPU.
+    are set (docs/guides/trl.md).
 
     `token_credit` adds your own per-token credit steps (`lopti.core.credit`): a callable
     `step(context) -> TokenCredit`, a list of them, or a {name: step} mapping; they run after AR, Lopti
@@ -182,7 +180,7 @@ class LoptiGRPOTrainer(StepMetrics, GRPOTrainer):
 
     def observe_log_prob_pass(self, logps: torch.Tensor, log_sum_sq: torch.Tensor | None) -> None:
         """Keep a log-prob pass's log Σ p² (None: unavailable) and log-probs for the metrics; a trainer whose forward
-        stands in for TRL's (the CPU fast path) calls this with its own pass's."""
+        stands in for TRL's calls this with its own pass's."""
         self._log_sum_sq_probs = log_sum_sq
         self._latest_logps = logps.detach()
         if logps.requires_grad:

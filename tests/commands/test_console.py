@@ -13,10 +13,10 @@ from lopti.commands.model_card import write_model_card
 from lopti.commands.report import write_report
 from lopti.commands.settings import RunConfig, split
 from lopti.console import SFT_COLUMNS, ConsoleCallback, compact_line, rl_columns
+from lopti.cpu import CpuLoptiGRPOTrainer
 from lopti.evaluation.scoring import summarise
 from lopti.tasks.registry import get_task
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.cpu import CpuLoptiGRPOTrainer
 
 QUARTILES = [0.0, 0.25, 0.5, 0.75, 1.0]
 RL_LOG = {

@@ -1,5 +1,6 @@
 """`lopti train` end to end on a tiny model: run folder, resume after a kill, bad input."""
 
+import contextlib
 import json
 import logging
 import os
@@ -16,8 +17,11 @@ from lopti.commands import train_run as run_module
 from lopti.commands.callbacks import drop_metrics_after
 from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.provenance import code_version
-from lopti.train.precision import cpu_kind
-from lopti.train.trainer import untied_missing_keys
+from lopti.commands.settings import split as split_settings
+from lopti.cpu import CpuLoptiGRPOTrainer, evaluation_generation
+from lopti.cpu.precision import cpu_kind
+from lopti.tasks.registry import get_task
+from lopti.train.trainer import LoptiGRPOTrainer, untied_missing_keys
 
 
 def hash_reward(completions, completion_ids, **kwargs):
@@ -261,3 +265,16 @@ def test_held_out_evaluation_takes_the_runs_reward_errors_and_reward_timeout(set
     settings = {**settings, "evaluate": True, "eval_max_new_tokens": 4, "max_steps": 2}
     train({**settings, "reward_errors": "skip", "reward_timeout": 30.0})
     assert seen == [("skip", 30.0)] * 2  # before and after; what the judge limits do: test_eval_run.py
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_cpu_fast_path_is_a_run_setting_that_picks_the_trainer_and_its_evaluation(settings, fast):
+    """`cpu_fast_path` belongs to `lopti train`'s RunConfig, never to the trainer's config: on the CPU it picks
+    CpuLoptiGRPOTrainer, whose held-out evaluation generates on the fast path, or LoptiGRPOTrainer, whose does not."""
+    run, trainer_kwargs = split_settings({**settings, "cpu_fast_path": fast})
+    assert run.cpu_fast_path is fast and "cpu_fast_path" not in trainer_kwargs
+    trainer = run_module.build_trainer(get_task(run.task), run, dict(trainer_kwargs)).trainer
+    assert type(trainer) is (CpuLoptiGRPOTrainer if fast else LoptiGRPOTrainer)
+    weights, generation = evaluation_generation(trainer)
+    assert weights is trainer.accelerator.unwrap_model(trainer.model)  # fp32: no bf16 copy
+    assert isinstance(generation, contextlib.nullcontext) is not fast

@@ -91,7 +91,7 @@ def test_old_paper_study_folders_still_resume(tmp_path, monkeypatch):
     for name in ("run.json", "eval_before.json", "eval_after.json", "report.md"):
         (finished / name).write_text("{}")
     trained = []
-    monkeypatch.setattr("lopti.train.precision.native_bf16", lambda: False)
+    monkeypatch.setattr("lopti.cpu.precision.cpu_kind", lambda: "avx2")  # no native bf16
     compare.run_all(config, {}, ["grpo", "ar+lopti"], [0], out, runner=trained.append)
     assert [Path(s["output_dir"]).name for s in trained] == ["ar+lopti-s0"]
     assert trained[0] == variant_settings(base, "ar+lopti", 0) | {

@@ -18,13 +18,13 @@ def started_run(out, name: str, bf16: bool) -> None:
 
 
 def test_a_new_study_takes_the_cpus_precision_for_all_its_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr("lopti.train.precision.native_bf16", lambda: True)
+    monkeypatch.setattr("lopti.cpu.precision.cpu_kind", lambda: "amx")  # native bf16
     jobs = plan_runs(tmp_path, {"max_steps": 2, "use_cpu": True}, ["grpo", "lopti"], [0], threads=1)
     assert [job.settings["bf16"] for job in jobs] == [True, True]
 
 
 def test_a_study_continued_on_a_cpu_without_native_bf16_keeps_the_bf16_of_its_first_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr("lopti.train.precision.native_bf16", lambda: False)
+    monkeypatch.setattr("lopti.cpu.precision.cpu_kind", lambda: "avx2")  # no native bf16
     started_run(tmp_path, "grpo-s0", bf16=True)
     jobs = plan_runs(tmp_path, {"max_steps": 2, "use_cpu": True}, ["grpo", "lopti"], [0, 1], threads=1)
     assert {job.label: job.settings["bf16"] for job in jobs} == dict.fromkeys(
@@ -33,7 +33,7 @@ def test_a_study_continued_on_a_cpu_without_native_bf16_keeps_the_bf16_of_its_fi
 
 
 def test_a_precision_given_to_the_study_is_the_one_its_runs_take(tmp_path, monkeypatch):
-    monkeypatch.setattr("lopti.train.precision.native_bf16", lambda: True)
+    monkeypatch.setattr("lopti.cpu.precision.cpu_kind", lambda: "amx")  # native bf16
     started_run(tmp_path, "grpo-s0", bf16=True)
     jobs = plan_runs(tmp_path, {"max_steps": 2, "use_cpu": True, "bf16": False}, ["grpo"], [0], threads=1)
     assert jobs[0].settings["bf16"] is False

@@ -25,7 +25,8 @@ from accelerate.utils import DistributedType
 from transformers import AutoModelForCausalLM
 
 from lopti.cli import main
-from lopti.train import CpuLoptiGRPOTrainer, LoptiGRPOTrainer
+from lopti.cpu import CpuLoptiGRPOTrainer
+from lopti.train import LoptiGRPOTrainer
 
 accelerator_state_init = state.AcceleratorState.__init__
 

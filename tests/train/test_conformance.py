@@ -4,11 +4,11 @@ Families (tiny, built offline from the tiny tokenizer): dense Qwen2, Qwen3-MoE a
 LFM2 (a convolution layer, then attention) and LLaVA (a CLIP vision tower on 8×8 images, its processor built from
 CLIP's image processor). With lopti's features off each cell gives GRPOTrainer's rollouts, every metric it logs
 under its name, its losses, grad norms and final weights: to docs/guides/trl.md's first tolerance row with
-`cpu_fast_path=False`, to its second with the fast path on (which serves only the dense model's forwards; the others
-it hands to TRL). With AR and Lopti on, each option that composes trains (both phases take gradient steps, the
-weights move, the loss is finite), and each that does not is refused when the config is built, with one line naming
-it: the config never sees the model, so the refusals are tested once, not per family. Unmarked: the dense model's
-cells (three of them with the fast path) and the refusals; the rest is marked slow.
+LoptiGRPOTrainer, to its second with CpuLoptiGRPOTrainer, the fast path (which serves only the dense model's
+forwards; the others it hands to TRL). With AR and Lopti on, each option that composes trains (both phases take
+gradient steps, the weights move, the loss is finite), and each that does not is refused when the config is built,
+with one line naming it: the config never sees the model, so the refusals are tested once, not per family.
+Unmarked: the dense model's cells (three of them with the fast path) and the refusals; the rest is marked slow.
 """
 
 import math

@@ -69,7 +69,7 @@ def make(trainer_cls, config_cls, folder, tmp_path, rewards=(0.0, 1.0, 1 / 3, 2 
 def test_environment_rewards_train_like_grpo(tiny_model_dir, tmp_path):
     plain = make(GRPOTrainer, GRPOConfig, tiny_model_dir, tmp_path)
     plain.train()
-    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, tmp_path, cpu_fast_path=False)
+    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, tmp_path)
     ours.train()
     assert ours.reward_func_names == ["Knights"]
     assert logged(ours, "rewards/Knights/std")[0] > 0.0, "the knights' rewards differ within the group"

@@ -9,9 +9,9 @@ import yaml
 from lopti.cli import main
 from lopti.commands.settings import RunConfig
 from lopti.commands.train_run import task_rewards
+from lopti.cpu.precision import native_bf16
 from lopti.tasks.math.data import load_math_rows
 from lopti.tasks.registry import get_task
-from lopti.train.precision import native_bf16
 
 RECIPES = Path(__file__).resolve().parents[2] / "lopti" / "configs"
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from lopti.cli import main
-from lopti.train.precision import native_bf16
+from lopti.cpu.precision import native_bf16
 
 RECIPES = Path(__file__).resolve().parents[2] / "lopti" / "configs"
 # One SmolLM2 run at a time under pytest-xdist, each saving only its final weights (540 MB): a checkpoint adds

@@ -8,8 +8,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
+from lopti.cpu import trainer_class
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.cpu import CpuLoptiGRPOTrainer
 from lopti.train.guards import explain_reward_errors
 from lopti.train.trainer import LoptiGRPOTrainer
 
@@ -52,15 +52,16 @@ def make(trainer_cls, config_cls, folder, prompts, tmp_path, **overrides):
 
 
 def lopti_trainer(cpu_fast_path: bool) -> type[LoptiGRPOTrainer]:
-    """Return lopti's trainer with the CPU fast path or without it (TRL's own forwards)."""
-    return CpuLoptiGRPOTrainer if cpu_fast_path else LoptiGRPOTrainer
+    """Return the trainer `lopti train` takes on the CPU for its `cpu_fast_path` setting: CpuLoptiGRPOTrainer (the
+    CPU fast path) or LoptiGRPOTrainer (TRL's own forwards)."""
+    return trainer_class(torch.device("cpu"), cpu_fast_path)
 
 
 def logged(trainer, key):
     return [entry[key] for entry in trainer.state.log_history if key in entry]
 
 
-# What "trains like GRPOTrainer" means: with TRL's padded forward (cpu_fast_path=False) lopti's objective gives
+# What "trains like GRPOTrainer" means: with TRL's padded forward (LoptiGRPOTrainer) lopti's objective gives
 # TRL's losses and gradients to the last float bits; the CPU fast path (packed forwards, its sampling loop) gives
 # the same rollouts and the same numbers up to float rounding. Adam divides each gradient by its own running scale,
 # so a weight whose gradient is near zero turns rounding into a full step; COMMON's adam_epsilon of 1e-6 (TRL's
@@ -90,7 +91,6 @@ def test_matches_plain_grpo_when_ar_and_lopti_are_off(tiny_model_dir, kk_prompts
         kk_prompts,
         tmp_path,
         max_steps=3,
-        cpu_fast_path=cpu_fast_path,
         **settings,
     )
     ours.train()

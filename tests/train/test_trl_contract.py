@@ -1,7 +1,7 @@
 """Guard for the TRL internals that LoptiGRPOTrainer and the CPU fast path override or rely on.
 
 If this fails after a TRL upgrade, read the changed methods, update lopti/train/trainer.py and
-lopti/train/fast_path.py where needed, rerun tests/train, then record the new fingerprints and widen the trl
+lopti/cpu/fast_path.py where needed, rerun tests/train, then record the new fingerprints and widen the trl
 pin in pyproject.toml.
 """
 
@@ -13,8 +13,8 @@ import trl
 from transformers import Trainer
 from trl import GRPOTrainer
 
-from lopti.train.cpu import CpuLoptiGRPOTrainer
-from lopti.train.fast_path import CpuFastPath
+from lopti.cpu import CpuLoptiGRPOTrainer
+from lopti.cpu.fast_path import CpuFastPath
 from lopti.train.patched import RELIED_ON
 from lopti.train.step_metrics import StepMetrics
 from lopti.train.trainer import EXTRA_FORWARD_INPUTS, LoptiGRPOTrainer
@@ -36,13 +36,13 @@ FINGERPRINTS = {
     "training_step": "9e18632f7dd8e8d8",
     # relied on: the buffer reuse order (the micro-batch dict `_compute_loss` gets is the one the later passes reuse)
     "_prepare_inputs": "f824e7fb07147956",
-    # overridden by CpuFastPath (lopti/train/fast_path.py): it must reach the model via `unwrapped_model.generate`
+    # overridden by CpuFastPath (lopti/cpu/fast_path.py): it must reach the model via `unwrapped_model.generate`
     "_generate_single_turn": "e0f02e4fc094cefd",
 }
 # overridden by LoptiGRPOTrainer: transformers' resume warning, given the load result's missing keys
 TRANSFORMERS_FINGERPRINTS = {"_issue_warnings_after_load": "7ccdd73aac16aecb"}
 # every method of TRL's trainer that each class overrides: the docstrings of lopti/train/trainer.py and
-# lopti/train/fast_path.py and docs/guides/trl.md list these, and each is fingerprinted above
+# lopti/cpu/fast_path.py and docs/guides/trl.md list these, and each is fingerprinted above
 OVERRIDES = {
     LoptiGRPOTrainer: {"__init__", "_calculate_rewards", "_compute_loss", "_generate_and_score_completions",
                        "_get_per_token_logps_and_entropies", "training_step", "_issue_warnings_after_load"},

@@ -19,7 +19,7 @@ from lopti.train.trainer import LoptiGRPOTrainer
     "model_fixture", ["tiny_moe_model_dir", "tiny_gpt_oss_model_dir"], ids=["qwen3-moe", "gpt-oss"]
 )
 def test_moe_loss_adds_the_router_loss_as_trl_does(request, kk_prompts, tmp_path, model_fixture):
-    """TRL's forwards (cpu_fast_path=False): the loss, its metrics and the weights are GRPOTrainer's to float rounding.
+    """TRL's forwards (LoptiGRPOTrainer): the loss, its metrics and the weights are GRPOTrainer's to float rounding.
     Accumulation divides the router loss; the entropy bonus makes TRL log policy_loss and entropy_coef. GPT-OSS
     (its experts' biases, attention sinks, a sliding-window layer) runs on the CPU in float32 with eager attention,
     as TRL's forwards run it there."""
@@ -27,7 +27,7 @@ def test_moe_loss_adds_the_router_loss_as_trl_does(request, kk_prompts, tmp_path
     settings = dict(max_steps=2, loss_type="grpo", gradient_accumulation_steps=2, entropy_coef=0.01)
     plain = make(GRPOTrainer, GRPOConfig, folder, kk_prompts, tmp_path, **settings)
     plain.train()
-    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, folder, kk_prompts, tmp_path, cpu_fast_path=False, **settings)
+    ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, folder, kk_prompts, tmp_path, **settings)
     ours.train()
     assert ours.aux_loss_enabled and ours.router_aux_loss_coef == 0.5
     tolerance = EXACT

@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from lopti.core import CreditContext, TokenCredit
+from lopti.cpu.fast_path import CpuFastPath
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.fast_path import CpuFastPath
 from lopti.train.trainer import LoptiGRPOTrainer
 
 # Logged keys that measure time, not training.
@@ -54,11 +54,11 @@ def assert_trains_like_grpo(plain, ours, tolerance):
         torch.testing.assert_close(q, p, atol=tolerance["weights"], rtol=0)
 
 
-def train_both(folder, prompts, tmp_path, settings, **lopti_settings):
+def train_both(folder, prompts, tmp_path, settings, cpu_fast_path=True, **lopti_settings):
     plain = make(GRPOTrainer, GRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings)
     plain.train()
-    trainer_class = lopti_trainer(lopti_settings.get("cpu_fast_path", True))
-    ours = make(trainer_class, LoptiGRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings, **lopti_settings)
+    ours = make(lopti_trainer(cpu_fast_path), LoptiGRPOConfig, folder, prompts, tmp_path, max_steps=2, **settings,
+                **lopti_settings)  # fmt: skip
     ours.train()
     return plain, ours
 
@@ -115,7 +115,7 @@ def test_lopti_advantages_reach_trls_loss(tiny_model_dir, kk_prompts, tmp_path):
                  scale_rewards="none")  # fmt: skip
     plain.train()
     ours = make(LoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2,
-                loss_type="sapo", advantage_estimator="dr_grpo", cpu_fast_path=False)  # fmt: skip
+                loss_type="sapo", advantage_estimator="dr_grpo")  # fmt: skip
     ours.train()
     assert ours._trl_loss
     assert_trains_like_grpo(plain, ours, EXACT)
@@ -133,8 +133,7 @@ COMPOSING = {
 def trainer_and_batch(model_dir, kk_prompts, tmp_path, **settings) -> tuple[LoptiGRPOTrainer, dict]:
     """Return a LoptiGRPOTrainer whose loss is lopti's own (not TRL's), and one generated batch after a loss pass on
     it without gradients (so `_latest_logps` holds its log-probs)."""
-    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, model_dir, kk_prompts, tmp_path, max_steps=1,
-                   cpu_fast_path=False, **settings)  # fmt: skip
+    trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, model_dir, kk_prompts, tmp_path, max_steps=1, **settings)
     assert not trainer._trl_loss
     batch = one_batch(trainer, kk_prompts)
     with torch.no_grad():
@@ -337,7 +336,7 @@ def test_cispo_and_sapo_compose_with_the_kl_estimators_and_the_entropy_bonus(pea
     given the AR-weighted advantages; another estimator changes only the KL term: by β × k2 − k3, aggregated as the
     loss type aggregates (k2 = ½ d², k3 = e^(−d) + d − 1, d = log π − log π_ref)."""
     trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
-                   cpu_fast_path=False, loss_type=loss_type, epsilon_high=1.05, ar_alpha=0.5, beta=0.04,
+                   loss_type=loss_type, epsilon_high=1.05, ar_alpha=0.5, beta=0.04,
                    entropy_coef=0.01)  # fmt: skip
     batch = off_policy_batch(trainer, kk_prompts)
     credited = {**batch, "advantages": batch["advantages"][:, None] * (0.5 * batch["old_per_token_logps"].exp() + 0.5)}
@@ -364,7 +363,7 @@ def test_luspo_composes_with_credit_presets(peaked_model_dir, kk_prompts, tmp_pa
     × 0.1) and STAPO's dropped tokens (out of every term and the denominators), the loss and gradient are TRL's
     LUSPO given the weighted advantages and a loss mask without the dropped tokens."""
     trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
-                   cpu_fast_path=False, loss_type="luspo", token_credit=["w_reinforce", "stapo"],
+                   loss_type="luspo", token_credit=["w_reinforce", "stapo"],
                    token_credit_kwargs={"stapo": {"prob_threshold": 0.5, "entropy_quantile": 1.0}})  # fmt: skip
     batch = off_policy_batch(trainer, kk_prompts)
     decisions = []
@@ -389,7 +388,7 @@ def test_dual_clip_is_trls_delta(peaked_model_dir, kk_prompts, tmp_path):
     """The refusal of `delta` with lopti's features says to set dual_clip=delta: for δ > 1 + ε_high, TRL's two-sided
     clip −min(min(r, δ)·Â, clip(r)·Â) is the dual-clip loss with c = δ, loss and gradient."""
     trainer = make(LoptiGRPOTrainer, LoptiGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, max_steps=1,
-                   cpu_fast_path=False, epsilon=0.05, dual_clip=1.1)  # fmt: skip
+                   epsilon=0.05, dual_clip=1.1)  # fmt: skip
     batch = off_policy_batch(trainer, kk_prompts)
     ratio = (trainer._latest_logps - batch["old_per_token_logps"]).exp()
     assert ((ratio > 1.1) & (batch["advantages"][:, None] < 0) & batch["completion_mask"].bool()).any()

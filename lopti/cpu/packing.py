@@ -5,9 +5,9 @@ most of its tokens are copies of the same prompt (about two thirds for the defau
 Here the log-prob forwards run on the packed layout of lopti/core/packing.py (each distinct prompt once,
 followed by all its completions). Generation likewise runs each distinct prompt's prefill once and copies its
 KV cache to the rows that repeat it, and rows that have ended leave the sampling loop's batch
-(`shared_prefill_generate`, lopti/train/decode.py). And with several passes over a generated batch, the first
+(`shared_prefill_generate`, lopti/cpu/decode.py). And with several passes over a generated batch, the first
 pass's forward runs on the weights that generated it, so its log-probs serve as the old ones and TRL's
-separate old log-prob forward is skipped. `CpuFastPath` (lopti/train/fast_path.py) hooks these into the trainer.
+separate old log-prob forward is skipped. `CpuFastPath` (lopti/cpu/fast_path.py) hooks these into the trainer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from accelerate.utils import is_peft_model
 from transformers import DynamicCache
 
 from lopti.core.packing import IGNORED, pack_shared_prompts, unpack
-from lopti.train.decode import CACHE_KEYWORD, sample_unfinished_rows, sampling_cache
+from lopti.cpu.decode import CACHE_KEYWORD, sample_unfinished_rows, sampling_cache
 
 # The most answer positions preallocated ahead (the longest budget of the shipped recipes); longer generations grow.
 PREALLOCATED_STEPS = 4096
@@ -88,12 +88,11 @@ def token_statistics(
     return log_probs.gather(-1, tokens[:, None]).squeeze(-1), entropy, log_sum_sq
 
 
-def packing_applies(model: torch.nn.Module, device: torch.device, enabled: bool) -> bool:
-    """Return True where the packed paths may run: asked for, on the CPU (other devices keep TRL's numerics), on
-    a plain (not PEFT) model whose sdpa attention takes the 4D masks."""
+def packing_applies(model: torch.nn.Module, device: torch.device) -> bool:
+    """Return True where the packed paths may run: on the CPU (other devices keep TRL's numerics), on a plain (not
+    PEFT) model whose sdpa attention takes the 4D masks."""
     return (
-        enabled
-        and device.type == "cpu"
+        device.type == "cpu"
         and not is_peft_model(model)
         and getattr(model.config, "_attn_implementation", None) == "sdpa"
     )

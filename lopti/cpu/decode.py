@@ -51,7 +51,7 @@ from transformers.generation.utils import ALL_CACHE_NAMES, GENERATION_MODES_MAPP
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from lopti.train.draws import draw_by_inverse_cdf, draw_like_multinomial, draws_like_multinomial
+from lopti.cpu.draws import draw_by_inverse_cdf, draw_like_multinomial, draws_like_multinomial
 
 # processors that change each row's scores from that row's logits only, with no per-row state: on the rows still
 # sampling they give what they give those rows in the whole batch. (Generate's repetition penalty keeps each row's

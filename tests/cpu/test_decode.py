@@ -1,4 +1,4 @@
-"""The CPU fast path's sampling loop (lopti/train/decode.py) against HF generate, token for token."""
+"""The CPU fast path's sampling loop (lopti/cpu/decode.py) against HF generate, token for token."""
 
 import functools
 import inspect
@@ -9,10 +9,10 @@ import torch
 from transformers import AttentionInterface, AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from lopti.train import decode, packing
-from lopti.train.decode import MATMUL_DECODE, SharedPrompt, single_query_attention
-from lopti.train.draws import draw_by_inverse_cdf, draws_like_multinomial
-from lopti.train.packing import shared_prefill_generate
+from lopti.cpu import decode, packing
+from lopti.cpu.decode import MATMUL_DECODE, SharedPrompt, single_query_attention
+from lopti.cpu.draws import draw_by_inverse_cdf, draws_like_multinomial
+from lopti.cpu.packing import shared_prefill_generate
 
 MANY_ENDS = list(range(3, 30))  # end-of-sequence tokens common enough that rows end at different steps
 

@@ -1,4 +1,4 @@
-"""The packed log-prob forward (lopti/train/packing.py) against TRL's padded one, and when the trainer uses it."""
+"""The packed log-prob forward (lopti/cpu/packing.py) against TRL's padded one, and when the trainer uses it."""
 
 import pytest
 import torch
@@ -6,10 +6,10 @@ from test_trainer import lopti_trainer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
-import lopti.train.packing as packing_module
+import lopti.cpu.packing as packing_module
 from lopti.core.packing import pack_shared_prompts
+from lopti.cpu.packing import packed_log_probs, shared_prefill_generate
 from lopti.train.config import LoptiGRPOConfig
-from lopti.train.packing import packed_log_probs, shared_prefill_generate
 
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
 
@@ -101,7 +101,7 @@ def make(folder, prompts, tmp_path, cpu_fast_path, **overrides):
     args = LoptiGRPOConfig(
         output_dir=str(tmp_path / str(cpu_fast_path)), per_device_train_batch_size=8, num_generations=4,
         max_completion_length=8, learning_rate=1e-3, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
-        seed=0, save_strategy="no", disable_tqdm=True, cpu_fast_path=cpu_fast_path, **settings,
+        seed=0, save_strategy="no", disable_tqdm=True, **settings,
     )  # fmt: skip
     return lopti_trainer(cpu_fast_path)(
         model=AutoModelForCausalLM.from_pretrained(folder),
@@ -178,7 +178,7 @@ def test_shared_prefill_samples_what_generate_samples(tiny_model_dir):
             outputs.append(generate(model, input_ids=ids, attention_mask=mask, generation_config=config))
     assert torch.equal(outputs[1], outputs[0])  # the same tokens from the same random numbers
     # plain: 12 steps of 12 rows; shared: one prefill of the 3 distinct prompts, then 12 steps (of the rows that have
-    # not ended: tests/train/test_decode.py)
+    # not ended: tests/cpu/test_decode.py)
     assert forwards[:13] == [12] * 12 + [3] and len(forwards) == 25
 
 

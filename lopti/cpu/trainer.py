@@ -1,6 +1,6 @@
 """`CpuLoptiGRPOTrainer`: `LoptiGRPOTrainer` with the CPU fast path, the trainer `lopti train` uses on the CPU.
 
-`LoptiGRPOTrainer` is the paper on TRL's own code paths; `CpuFastPath` (lopti/train/fast_path.py) makes TRL's
+`LoptiGRPOTrainer` is the paper on TRL's own code paths; `CpuFastPath` (lopti/cpu/fast_path.py) makes TRL's
 rollout and log-prob forwards run each prompt once per group on the CPU. This class composes the two, and a user
 composes the fast path with their own subclass the same way: `class T(CpuFastPath, MyLoptiGRPOTrainer)`.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from lopti.train.fast_path import CpuFastPath
+from lopti.cpu.fast_path import CpuFastPath
 from lopti.train.trainer import LoptiGRPOTrainer
 
 
 class CpuLoptiGRPOTrainer(CpuFastPath, LoptiGRPOTrainer):
-    """LoptiGRPOTrainer whose forwards take the CPU fast path where it applies (`cpu_fast_path`, on by default).
+    """LoptiGRPOTrainer whose forwards take the CPU fast path where it applies.
 
     The same training to float rounding (docs/guides/trl.md states the tolerances), in about half the time on the CPU;
     on any other device, or where the fast path does not apply, every call is LoptiGRPOTrainer's own.

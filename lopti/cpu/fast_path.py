@@ -1,20 +1,22 @@
-"""`CpuFastPath`: TRL's rollout and log-prob forwards with each prompt once per group, on the CPU (`cpu_fast_path`).
+"""`CpuFastPath`: TRL's rollout and log-prob forwards with each prompt once per group, on the CPU.
 
 A mixin for TRL's `GRPOTrainer` or a subclass of it, placed first: `class T(CpuFastPath, GRPOTrainer)`; lopti's
-trainer with it is `lopti.train.cpu.CpuLoptiGRPOTrainer`, which `lopti train` uses on the CPU. It is not a base of
-`LoptiGRPOTrainer`: on a GPU none of it runs. It changes how TRL's numbers are computed, never which ones (the same
-up to float rounding; docs/guides/trl.md states the tolerances), by overriding four TRL methods:
+trainer with it is `lopti.cpu.CpuLoptiGRPOTrainer`, which `lopti train` uses on the CPU unless its `cpu_fast_path`
+is false. Mixing it in is the switch: it reads no setting, and it is not a base of `LoptiGRPOTrainer`, so on a GPU
+none of it runs. It changes how TRL's numbers are computed, never which ones (the same up to float rounding;
+docs/guides/trl.md states the tolerances), by overriding four TRL methods:
 - `_generate_single_turn`: the rollout's prefill once per distinct prompt, and a sampling loop that drops ended
-  rows (`shared_prefill_generate`, lopti/train/packing.py and lopti/train/decode.py);
+  rows (`shared_prefill_generate`, lopti/cpu/packing.py and lopti/cpu/decode.py);
 - `_get_per_token_logps_and_entropies`: the log-prob forward on the packed layout (`packed_log_probs`);
 - `_generate_and_score_completions`: where TRL would run a forward for the old log-probs that the first pass's own
   forward gives (`skips_old_forward`), that forward is left out ...
 - `_compute_loss`: ... and the first pass's log-probs are kept as the micro-batch's `old_per_token_logps` for the
   later passes.
-It acts only where `packing_applies`: `cpu_fast_path` is true, the device is the CPU, and the model is a plain (not
-PEFT) sdpa model without extra inputs (images, the MoE loss) whose layers are all full attention (`model_problem`);
-the rollout, also only for sampling or greedy decoding with the cache it builds itself (`generation_problem`);
-never for a model sharded across processes (`is_sharded`).
+It acts only where `packing_applies`: the device is the CPU, and the model is a plain (not PEFT) sdpa model without
+extra inputs (images, the MoE loss) whose layers are all full attention (`model_problem`); the rollout, also only
+for sampling or greedy decoding with the cache it builds itself (`generation_problem`); never for a model sharded
+across processes (`is_sharded`: each forward of a sharded model gathers its weights, a collective every process
+must join, and the fast path's forwards, as many as each process's own batch needs, would leave them out of step).
 Anywhere else every call is TRL's own, with a debug-level log line saying why.
 """
 
@@ -28,8 +30,9 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.generation import GenerationMode
 
-from lopti.train import packing
-from lopti.train.precision import LowPrecisionCopy
+from lopti.cpu import packing
+from lopti.cpu.precision import LowPrecisionCopy
+from lopti.train.engines import is_sharded
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +65,6 @@ def generation_problem(config: GenerationConfig) -> str | None:
     return None
 
 
-def is_sharded(trainer: Any) -> bool:
-    """Return True when `trainer`'s model is sharded across processes (FSDP, DeepSpeed ZeRO-3). Each forward of a
-    sharded model gathers its weights, a collective every process must join; the fast path's forwards (how many
-    depends on each process's own batch: its decode loop drops ended rows) would leave the processes out of step."""
-    zero_stage = getattr(trainer.accelerator.state.deepspeed_plugin, "zero_stage", 0)
-    return trainer.is_fsdp_enabled or zero_stage == 3
-
-
 def skips_old_forward(args: Any, num_iterations: int) -> bool:
     """Return True when TRL runs a forward for old log-probs that the first pass's own forward also gives.
 
@@ -85,7 +80,7 @@ class CpuFastPath:
     """Mixin: TRL's rollout and log-prob forwards with each prompt once per group on the CPU (see the module).
 
     Put it first among the bases, `class T(CpuFastPath, SomeGRPOTrainer)`, so that its forwards stand in for
-    TRL's under any subclass's own wrappers; `lopti.train.cpu.CpuLoptiGRPOTrainer` is lopti's trainer with it.
+    TRL's under any subclass's own wrappers; `lopti.cpu.CpuLoptiGRPOTrainer` is lopti's trainer with it.
     """
 
     # TRL itself makes the nested calls below, so no argument of ours can reach them: each of these holds for the
@@ -104,7 +99,7 @@ class CpuFastPath:
         """Return True where the fast path runs; where it was asked for but cannot (`model_problem`, or the caller's
         `problem`), note why at debug level, once per reason."""
         model = self.accelerator.unwrap_model(model)
-        if not packing.packing_applies(model, device, self.args.cpu_fast_path):
+        if not packing.packing_applies(model, device):
             return False
         problem = ("the model is sharded (FSDP or ZeRO-3)" if is_sharded(self) else model_problem(model)) or problem
         if problem is None:
@@ -193,7 +188,7 @@ class CpuFastPath:
 
     def generation_weights(self, model: torch.nn.Module) -> torch.nn.Module:
         """Return the model to generate with: under TRL's `bf16` a bf16 copy of `model`'s current weights (the
-        update runs under autocast; see lopti/train/precision.py), else `model` itself."""
+        update runs under autocast; see lopti/cpu/precision.py), else `model` itself."""
         if not self.args.bf16:
             return model
         if self._bf16_weights is None:

@@ -2,7 +2,6 @@
 and it leaves out TRL's old-log-prob forward exactly where the first pass's forward gives the same numbers."""
 
 import logging
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -10,13 +9,9 @@ from test_trainer import FAST_PATH, make
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from trl import GRPOConfig, GRPOTrainer
 
-from lopti.train import packing
-from lopti.train.fast_path import CpuFastPath, generation_problem, model_problem, skips_old_forward
-
-
-@dataclass
-class FastGRPOConfig(GRPOConfig):
-    cpu_fast_path: bool = True
+from lopti.cpu import CpuLoptiGRPOTrainer, packing, trainer_class
+from lopti.cpu.fast_path import CpuFastPath, generation_problem, model_problem, skips_old_forward
+from lopti.train import LoptiGRPOConfig, LoptiGRPOTrainer
 
 
 class FastGRPOTrainer(CpuFastPath, GRPOTrainer):
@@ -35,7 +30,7 @@ def test_fast_path_alone_trains_like_grpo_trainer(peaked_model_dir, kk_prompts, 
     plain = make(GRPOTrainer, GRPOConfig, peaked_model_dir, kk_prompts, tmp_path, **settings)
     plain.train()
     assert packed == []
-    fast = make(FastGRPOTrainer, FastGRPOConfig, peaked_model_dir, kk_prompts, tmp_path, **settings)
+    fast = make(FastGRPOTrainer, GRPOConfig, peaked_model_dir, kk_prompts, tmp_path, **settings)
     fast.train()
     # per generated batch (two): the reference's log-probs, then one forward per pass; no old-log-prob forward
     assert len(packed) == 6
@@ -47,11 +42,17 @@ def test_fast_path_alone_trains_like_grpo_trainer(peaked_model_dir, kk_prompts, 
         torch.testing.assert_close(q, p, atol=FAST_PATH["weights"], rtol=0)
 
 
+def test_the_trainer_class_is_the_switch():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert trainer_class(cpu) is trainer_class(cpu, fast_path=True) is CpuLoptiGRPOTrainer
+    assert trainer_class(cpu, fast_path=False) is trainer_class(gpu) is LoptiGRPOTrainer
+
+
 def test_switched_off_it_runs_trl_code_only(tiny_model_dir, kk_prompts, tmp_path, monkeypatch):
     monkeypatch.setattr(packing, "packed_log_probs", lambda *a, **k: pytest.fail("packed forward ran"))
     monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("shared prefill ran"))
-    trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2,
-                   num_iterations=2, cpu_fast_path=False)  # fmt: skip
+    switched_off = trainer_class(torch.device("cpu"), fast_path=False)  # `lopti train`'s cpu_fast_path: false
+    trainer = make(switched_off, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=2, num_iterations=2)
     trainer.train()
     start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert any((p - s).abs().max() > 0 for p, s in zip(trainer.model.parameters(), start.parameters(), strict=True))
@@ -99,9 +100,9 @@ def test_generation_settings_it_does_not_reproduce_are_left_to_trl(tiny_model_di
     monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
     completions = {}
     for fast in (False, True):
-        trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1,
-                       cpu_fast_path=fast, **settings)  # fmt: skip
-        with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
+        trainer = make(FastGRPOTrainer if fast else GRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path,
+                       max_steps=1, **settings)  # fmt: skip
+        with caplog.at_level(logging.DEBUG, logger="lopti.cpu.fast_path"):
             completions[fast] = rollout(trainer, kk_prompts)
     assert completions[True] == completions[False]
     assert f"fast path leaves this to TRL's own code: {reason}" in caplog.text
@@ -132,9 +133,9 @@ def test_hybrid_model_runs_trl_code_only(tiny_hybrid_model_dir, tiny_model_dir, 
     """A convolution layer's state is not restricted by the packed layout's mask: every forward is TRL's."""
     monkeypatch.setattr(packing, "packed_log_probs", lambda *a, **k: pytest.fail("packed forward ran"))
     monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
-    trainer = make(FastGRPOTrainer, FastGRPOConfig, tiny_hybrid_model_dir, kk_prompts, tmp_path, max_steps=1,
+    trainer = make(FastGRPOTrainer, GRPOConfig, tiny_hybrid_model_dir, kk_prompts, tmp_path, max_steps=1,
                    num_iterations=2)  # fmt: skip
-    with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
+    with caplog.at_level(logging.DEBUG, logger="lopti.cpu.fast_path"):
         trainer.train()
     assert "its cache has LinearAttentionLayer layers, not only full attention" in caplog.text
     assert model_problem(AutoModelForCausalLM.from_pretrained(tiny_model_dir)) is None
@@ -158,7 +159,7 @@ def test_models_with_inputs_beyond_the_tokens_run_trls_forwards(request, image_p
     if vision:
         monkeypatch.setattr(packing, "shared_prefill_generate", lambda *a, **k: pytest.fail("the fast rollout ran"))
     prompts = image_prompts if vision else kk_prompts
-    trainer = make(FastGRPOTrainer, FastGRPOConfig, request.getfixturevalue(family), prompts, tmp_path, max_steps=1)
-    with caplog.at_level(logging.DEBUG, logger="lopti.train.fast_path"):
+    trainer = make(FastGRPOTrainer, GRPOConfig, request.getfixturevalue(family), prompts, tmp_path, max_steps=1)
+    with caplog.at_level(logging.DEBUG, logger="lopti.cpu.fast_path"):
         trainer.train()
     assert f"fast path leaves this to TRL's own code: {reason}" in caplog.text

@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lopti.cli import main
-from lopti.train import precision
-from lopti.train.precision import LowPrecisionCopy, native_bf16, with_cpu_precision
+from lopti.cpu import precision
+from lopti.cpu.precision import LowPrecisionCopy, native_bf16, with_cpu_precision
 
 
 @pytest.mark.parametrize("native", [False, True])

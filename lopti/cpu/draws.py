@@ -1,4 +1,4 @@
-"""How the CPU fast path's sampling loop draws a token from each row's probabilities (lopti/train/decode.py).
+"""How the CPU fast path's sampling loop draws a token from each row's probabilities (lopti/cpu/decode.py).
 
 `draw_like_multinomial` consumes the random numbers `torch.multinomial` consumes, so the loop samples generate's
 tokens for the same seed; `draw_by_inverse_cdf` samples the same distribution from one uniform number per row.
