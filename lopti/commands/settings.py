@@ -32,8 +32,8 @@ class RunConfig(TaskData):
             "help": "On the CPU, train with lopti's CPU trainer (lopti.cpu): each prompt once per group of "
             "completions in the rollout's prefill and in the log-prob forwards, and with num_iterations > 1 the old "
             "log-probs from the first pass's forward instead of a forward of their own. The same numbers up to "
-            "float rounding, in about half the time (docs/performance.md). No effect on other devices, or for PEFT, "
-            "vision and non-sdpa models. False trains with LoptiGRPOTrainer on TRL's own code paths."
+            "float rounding, in fewer forward tokens (bench/step_time.py times it). No effect on other devices, or "
+            "for PEFT, vision and non-sdpa models. False trains with LoptiGRPOTrainer on TRL's own code paths."
         },
     )
     rewards: list[str] | None = field(

@@ -16,8 +16,9 @@ from lopti.train.trainer import LoptiGRPOTrainer
 class CpuLoptiGRPOTrainer(CpuFastPath, LoptiGRPOTrainer):
     """LoptiGRPOTrainer whose forwards take the CPU fast path where it applies.
 
-    The same training to float rounding (docs/guides/trl.md states the tolerances), in about half the time on the CPU;
-    on any other device, or where the fast path does not apply, every call is LoptiGRPOTrainer's own.
+    The same training to float rounding (docs/guides/trl.md states the tolerances), in fewer forward tokens on the
+    CPU (bench/step_time.py times it against TRL's paths); on any other device, or where the fast path does not
+    apply, every call is LoptiGRPOTrainer's own.
     """
 
     def _after_packed_pass(self, logps: torch.Tensor, log_sum_sq: torch.Tensor | None) -> None:
