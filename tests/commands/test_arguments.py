@@ -57,11 +57,11 @@ def test_only_the_settings_given_come_back_so_a_files_values_stand():
     [
         (["--target", "a", "--sizez", "3"], "command line: unknown key(s) 'sizez' (did you mean sizes?)"),
         (["--target", "a", "stray"], "command line: unexpected 'stray'; settings are given as --key value"),
-        (["--target", "a", "--fast", "maybe"], "command line: fast: Truthy value expected: got maybe"),
+        (["--target", "a", "--fast", "maybe"], "command line: fast must be true or false, got 'maybe'"),
         (["--target"], "command line: target: expected one argument"),
-        (["--target", "a", "--sizes", ""], "command line: sizes: invalid int value: ''"),
+        (["--target", "a", "--sizes", ""], "command line: sizes must be a whole number, got ''"),
         (["--target", ""], "command line: target: empty value; give one (or leave the flag out"),
-        (["--target", "a", "--sizes", "[3"], "command line: sizes: invalid int value: '[3'"),
+        (["--target", "a", "--sizes", "[3"], "command line: sizes must be a whole number, got '[3'"),
         (["--fast"], "command line: --target is required"),
     ],
 )
