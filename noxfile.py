@@ -43,7 +43,7 @@ PORTABLE_TESTS = [
 # `lopti train --max_steps 2` on the default recipe with small held-out sets: it loads the embedded SmolLM2, evaluates,
 # trains through TRL and reports
 SHORT_TRAIN = ["train", "--max_steps", "2", "--eval_puzzles", "40", "--eval_sampled_prompts", "20",
-               "--report_to", "[]"]  # fmt: skip
+               "--report_to", "none"]  # fmt: skip
 
 
 def pyenv_pythons() -> None:

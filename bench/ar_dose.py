@@ -67,7 +67,7 @@ def train(arm: str, alpha: float, seed: int) -> None:
     norm, _ = ARMS[arm]
     folder = OUT / "runs" / run_name(arm, alpha, seed)
     argv = ["train", "--config", str(CONFIG), "--seed", str(seed), "--ar_alpha", str(alpha), "--max_grad_norm",
-            str(norm), *HELD_OUT, "--report_to", "[]", "--output_dir", str(folder)]  # fmt: skip
+            str(norm), *HELD_OUT, "--report_to", "none", "--output_dir", str(folder)]  # fmt: skip
     # a run stopped before its first checkpoint starts over; one with a checkpoint or a finished training resumes
     resumable = last_complete_checkpoint(folder) is not None or (folder / "run.json").is_file()
     # a process of its own per run: the run.json names the code that process loaded, and no memory carries over

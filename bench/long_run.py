@@ -29,7 +29,7 @@ from pathlib import Path
 # the policy moves (with 16, every answer is cut short, every reward is -3 and no gradient is ever non-zero)
 TINY = {
     "evaluate": "false", "per_device_train_batch_size": "8", "num_generations": "4", "max_completion_length": "48",
-    "report_to": "[]", "disable_tqdm": "true", "logging_steps": "1",
+    "report_to": "none", "disable_tqdm": "true", "logging_steps": "1",
 }  # fmt: skip
 
 

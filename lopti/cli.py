@@ -219,9 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
 def command_parser(name: str) -> argparse.ArgumentParser:
     """Return the parser of command `name` ("train", "data kk", ...): a flag per field of its settings dataclasses,
     and the files it reads or writes besides them (--config, --out)."""
-    from lopti.commands.arguments import LoptiParser
-
-    parser = LoptiParser(_settings_classes(name), prog=f"lopti {name}", description=_commands()[name][1])
+    if name.startswith("data "):  # the base install runs it: no TRL
+        from lopti.commands.arguments import DataParser as settings_parser
+    else:
+        from lopti.commands.settings import LoptiParser as settings_parser
+    parser = settings_parser(_settings_classes(name), prog=f"lopti {name}", description=_commands()[name][1])
     for option, text in OPTIONS.get(name, {}).items():
         flag, metavar = option.split()
         parser.add_argument(flag, metavar=metavar, help=text, default=argparse.SUPPRESS)  # absent: None (`main`)

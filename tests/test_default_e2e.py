@@ -19,7 +19,7 @@ def test_a_shortened_recipe_loads_its_shipped_warm_start_trains_and_reports(tmp_
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     argv = ["train", *recipe, "--max_steps", "4", "--save_steps", "2", "--train_puzzles", "64", "--eval_puzzles",
-            "24", "--eval_samples", "2", "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
+            "24", "--eval_samples", "2", "--report_to", "none", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     assert not any((tmp_path / "cache").glob("tiny-*")), "the shipped warm start is used, nothing is built"
     report = (out / "report.md").read_text()
@@ -41,7 +41,7 @@ def test_another_warm_start_is_built_from_an_empty_cache_once(tmp_path, monkeypa
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(embedded, "WARM_START", WarmStartConfig(puzzles_per_size=200, copies=1, answer_puzzles=100))
     argv = ["train", "--task", "kk", "--max_steps", "2", "--train_puzzles", "32", "--evaluate", "false",
-            "--report_to", "[]"]  # fmt: skip
+            "--report_to", "none"]  # fmt: skip
     assert main([*argv, "--output_dir", str(tmp_path / "run")]) == 0
     cache = {p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")}
     tiny = f"tiny-{embedded.warm_start_key('tiny')}-v{embedded.BUILD_VERSION}"

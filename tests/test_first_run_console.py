@@ -19,7 +19,7 @@ def test_a_run_on_a_terminal_shows_progress_and_no_warning(tmp_path):
     fcntl.ioctl(writer, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # 40 rows of 120 columns
     environment = {**os.environ, "LOPTI_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "lopti.cli", "train", "--task", "kk", "--max_steps", "2", "--train_puzzles", "32",
-            "--eval_puzzles", "16", "--eval_samples", "2", "--report_to", "[]",
+            "--eval_puzzles", "16", "--eval_samples", "2", "--report_to", "none",
             "--output_dir", str(tmp_path / "run")]  # fmt: skip
     process = subprocess.Popen(argv, stdout=writer, stderr=writer, env=environment, cwd=tmp_path)
     os.close(writer)

@@ -1,7 +1,9 @@
-"""The command line of a `lopti` command: TRL's `TrlParser` over the command's settings dataclasses.
+"""The command line of a `lopti` command: TRL's `TrlParser` over the command's settings dataclasses
+(`lopti.commands.settings.LoptiParser`), or transformers' `HfArgumentParser`, which TrlParser extends, for `lopti
+data` (`DataParser`: the base install has no TRL).
 
-TrlParser makes a --flag per field, with its help, type and default, and reads a --config file into the defaults;
-each dataclass checks its values in `__post_init__`. What lopti adds: a mistake is one line naming the key, the value
+The parser makes a --flag per field, with its help, type and default; each dataclass checks its values in
+`__post_init__`. What lopti adds (`SettingsLayer`): a mistake is one line naming the key, the value
 and where it came from, not argparse's usage block; an unknown key comes with the closest valid names; a settings file
 is read as YAML 1.2 reads booleans (`save_strategy: no` is the text "no") and numbers (1e-5), and its values are
 converted by the flags' own types; `given` returns only the settings given, so a recipe's value stands unless a flag
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
-from trl import TrlParser
+from transformers import HfArgumentParser
 
 from lopti.errors import UserError
 
@@ -75,8 +77,9 @@ def check_keys(keys: Iterable[str], known: Iterable[str], source: str) -> None:
 TYPE_WORDS = {"int": "a whole number", "float": "a number", "string_to_bool": "true or false"}  # the flags' types
 
 
-class LoptiParser(TrlParser):
-    """TrlParser whose mistakes are one line and whose settings files are read as the command line is."""
+class SettingsLayer:
+    """What lopti adds to an HfArgumentParser: mistakes in one line, settings files read as the command line is, and
+    the settings given apart from the defaults. A mixin before the parser class: `class P(SettingsLayer, TrlParser)`."""
 
     def __init__(self, dataclass_types: Iterable[type], **kwargs: Any) -> None:
         # "resolve": a key two dataclasses share (data_seed) is one flag, and its value goes to both
@@ -174,3 +177,7 @@ class LoptiParser(TrlParser):
                 said = f"{key} must be one of {choice[2]}, got {choice[1]}"
             message = said if said.startswith(key) else f"{key}: {said}"
         raise UserError(f"command line: {message}")
+
+
+class DataParser(SettingsLayer, HfArgumentParser):
+    """`lopti data`'s parser: transformers' HfArgumentParser, as the base install, which runs it, has no TRL."""

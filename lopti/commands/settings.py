@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.arguments import LoptiParser, check_keys, load_yaml
+from trl import TrlParser
+
+from lopti.commands.arguments import SettingsLayer, check_keys, load_yaml
 from lopti.errors import SettingError, UserError, check_number, check_output_folder
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData, get_task
@@ -95,6 +97,10 @@ class RunConfig(TaskData):
     def reward_names(self, task: Task) -> list[str]:
         """Return the reward functions the run trains on: `rewards`, or the task's default ones."""
         return list(self.rewards or task.default_rewards)
+
+
+class LoptiParser(SettingsLayer, TrlParser):
+    """TRL's TrlParser with lopti's settings layer: the parser of `lopti train`, `eval`, `analyze` and `compare`."""
 
 
 def train_parser() -> LoptiParser:

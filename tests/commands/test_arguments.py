@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lopti.commands.arguments import LoptiParser, load_yaml
+from lopti.commands.arguments import load_yaml
+from lopti.commands.settings import LoptiParser
 from lopti.errors import SettingError, check_number
 
 

@@ -22,7 +22,7 @@ def test_two_process_cpu_launch(tiny_model_dir, tmp_path, free_port):
         "no", "-m", "lopti.cli", "train",
         "--task", "kk", "--model", str(tiny_model_dir), "--people", "3", "--train_puzzles", "32", "--eval_puzzles", "4",
         "--template", "compact", "--per_device_train_batch_size", "4", "--num_generations", "4",
-        "--max_completion_length", "12", "--max_steps", "4", "--save_steps", "2", "--report_to", "[]",
+        "--max_completion_length", "12", "--max_steps", "4", "--save_steps", "2", "--report_to", "none",
         "--disable_tqdm", "true", "--output_dir", str(run_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("two-process-launch")]
 # within groups and most steps have a non-zero gradient (a resume that restores nothing would then show)
 SETTINGS = {
     "evaluate": "false", "per_device_train_batch_size": "8", "num_generations": "4", "max_completion_length": "48",
-    "max_steps": "12", "save_steps": "4", "report_to": "[]", "disable_tqdm": "true",
+    "max_steps": "12", "save_steps": "4", "report_to": "none", "disable_tqdm": "true",
 }  # fmt: skip
 LOPTI_LINES = ("stopped:", "error:", "interrupted", "ended by SIGTERM")
 

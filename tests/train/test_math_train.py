@@ -21,7 +21,7 @@ def test_train_task_math_uses_the_math_recipe_and_rewards(tiny_model_dir, tmp_pa
     argv = ["train", "--task", "math", "--model", str(tiny_model_dir), "--levels", "1,3", "--train_puzzles", "8",
             "--eval_puzzles", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
             "--max_completion_length", "8", "--max_steps", "2", "--eval_max_new_tokens", "4",
-            "--disable_tqdm", "true", "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
+            "--disable_tqdm", "true", "--report_to", "none", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["task"] == "math" and config["template"] == "chat-example"  # the form SmolLM2 answers in

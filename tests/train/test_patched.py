@@ -50,7 +50,7 @@ def test_lopti_train_ends_on_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(GRPOTrainer, "compute_loss", another_librarys_loss)
     monkeypatch.setenv("LOPTI_CACHE", str(tmp_path / "cache"))
     argv = ["train", "--task", "kk", "--max_steps", "1", "--train_puzzles", "16", "--evaluate", "false",
-            "--report_to", "[]", "--output_dir", str(tmp_path / "run")]  # fmt: skip
+            "--report_to", "none", "--output_dir", str(tmp_path / "run")]  # fmt: skip
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "patched by another library (compute_loss is defined in" in err

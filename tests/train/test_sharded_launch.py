@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("fsdp_on_cpu.py")
 SETTINGS = {
     "task": "kk", "evaluate": "false", "num_generations": "4", "max_completion_length": "48", "max_steps": "4",
-    "save_steps": "2", "report_to": "[]", "disable_tqdm": "true",
+    "save_steps": "2", "report_to": "none", "disable_tqdm": "true",
 }  # fmt: skip
 
 

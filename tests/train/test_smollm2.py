@@ -21,7 +21,7 @@ def test_kk_smollm2_recipe_runs_a_few_steps(tmp_path):
     argv = ["train", "--config", str(RECIPES / "kk-smollm2-cpu.yaml"), "--max_steps", "2", "--save_strategy", "no",
             "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "24",
             "--evaluate", "false",
-            "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
+            "--report_to", "none", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert max(line["step"] for line in lines) == 2
@@ -36,7 +36,7 @@ def test_math_smollm2_recipe_trains_measures_update_quality_and_reports(tmp_path
     argv = ["train", "--config", str(RECIPES / "math-smollm2-cpu.yaml"), "--max_steps", "3", "--save_strategy", "no",
             "--per_device_train_batch_size", "16", "--num_generations", "4", "--max_completion_length", "64",
             "--update_quality_every", "1", "--train_puzzles", "12", "--eval_puzzles", "4", "--eval_samples", "2",
-            "--eval_sampled_prompts", "2", "--eval_max_new_tokens", "64", "--report_to", "[]",
+            "--eval_sampled_prompts", "2", "--eval_max_new_tokens", "64", "--report_to", "none",
             "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -55,7 +55,7 @@ def test_the_default_trains_smollm2_on_math_with_ar_and_reports_what_rl_did_to_t
     out = tmp_path / "run"
     argv = ["train", "--max_steps", "2", "--save_strategy", "no", "--train_puzzles", "16", "--eval_puzzles", "12",
             "--eval_sampled_prompts", "6", "--eval_max_new_tokens", "48", "--max_completion_length", "48",
-            "--report_to", "[]", "--output_dir", str(out)]  # fmt: skip
+            "--report_to", "none", "--output_dir", str(out)]  # fmt: skip
     assert main(argv) == 0
     settings = yaml.safe_load((out / "config.yaml").read_text())
     assert settings["model"] == "smollm2-135m" and settings["task"] == "math" and settings["ar_alpha"] == 0.1
