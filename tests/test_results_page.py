@@ -239,9 +239,10 @@ def test_the_readmes_first_run_paragraph_is_the_fifteen_bf16_runs_of_the_default
     assert f"sampled ones stayed near 40 ({sampled_length[1]})" in readme
 
 
-def test_the_readmes_detectable_differences_are_the_default_studys():
+def test_the_detectable_differences_are_the_default_studys():
     """What the registered study on the default recipe could detect against GRPO (80% power, uncorrected and at
-    Holm's first step over its 5 primary comparisons), and the seeds a one-point difference would need."""
+    Holm's first step over its 5 primary comparisons), and the seeds a one-point difference would need, as the
+    README and the results page state them."""
     from lopti.experiments.statistics import detectable_difference
 
     study = ROOT / "results/study-default"
@@ -261,42 +262,71 @@ def test_the_readmes_detectable_differences_are_the_default_studys():
     plain = [detectable_difference(s, len(seeds)) for s in spreads]
     holm = [detectable_difference(s, len(seeds), alpha=0.05 / 5) for s in spreads]
     needed = ((NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)) * spreads[0]) ** 2  # AR − GRPO, 1 point
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"detect {min(plain):.1f}–{max(plain):.1f} points at 80% power" in readme
-    assert f"({min(holm):.1f}–{max(holm):.1f} at Holm's first step)" in readme
+    readme, page = (" ".join((ROOT / path).read_text().split()) for path in ("README.md", "docs/results.md"))
+    for text in (readme, page):
+        assert f"detect {min(plain):.1f}–{max(plain):.1f} points at 80% power" in text
+        assert f"({min(holm):.1f}–{max(holm):.1f} at Holm's first step)" in text
     assert round(needed, -2) == 200 and "one-point math gain would need ~200" in readme
+    assert "a one-point gain would need ~200 seeds" in page
 
 
-def test_the_performance_pages_first_runs_are_their_reports():
-    """The first-run table of docs/performance.md gives each run's wall time and phases as its report.md does."""
-    page = (ROOT / "docs/performance.md").read_text()
-    for label, run in (("first run, empty cache (seed 0)", "bf16-seed0"), ("later run (seed 1)", "bf16-seed1")):
-        report = (ROOT / "results/default-seeds" / run / "report.md").read_text()
-        wall, phases = re.search(r"Wall time: (\d+) s \((.*)\)\.", report).groups()
-        seconds = [re.search(r"(\d+) s", phase).group(1) for phase in phases.split(" · ")]
-        row = next(line for line in page.splitlines() if line.startswith(f"| {label} |"))
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert cells[1] == f"{wall} s" and [cell.split(" s")[0] for cell in cells[2:]] == seconds, row
+def page_words() -> str:
+    return " ".join(PAGE.read_text().split())
 
 
-def test_the_held_out_size_figures_are_the_benches_records():
-    """The performance page's side-by-side first runs and evaluation ratios, and the README's first-run figure, are
-    what bench/first_run.py and bench/eval_sizes.py printed and the runs' reports state."""
-    record = ROOT / "results/default-first-run-sizes"
-    page = " ".join((ROOT / "docs/performance.md").read_text().split())
-    for label, variant in (("500 greedy, 200 × 2 sampled", 0), ("100 greedy, 100 × 2 sampled (the default)", 1)):
-        report = (record / f"variant{variant}" / "report.md").read_text()
-        wall, phases = re.search(r"Wall time: (\d+) s \((.*)\)\.", report).groups()
-        seconds = " | ".join(re.search(r"\d+ s", phase).group(0) for phase in phases.split(" · "))
-        assert f"| {label} | {wall} s | {seconds} |" in page
-    printed = (record / "first_run.txt").read_text()
-    old, new = (int(seconds) for seconds in re.findall(r"round 0: (\d+) s", printed))
-    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
-    assert f"its processes took {old} s and {new} s: {ratio}×" in page
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"A first run took {new} s on 2 cores, {ratio}× the same run with those sizes" in readme
-    ratios = re.findall(
-        r"greedy (\d+) / sampled 2 x (\d+): [\d.]+ s \((\d\.\d\d)x", (record / "eval_sizes.txt").read_text()
+def overall(run: Path, name: str) -> dict:
+    return json.loads((run / name).read_text())["overall"]
+
+
+def test_the_default_seeds_greedy_answers_grow_as_their_records_say():
+    """The default recipe's five bf16 seeds: greedy answers longer after RL on every seed, by the evaluations."""
+    runs = [ROOT / f"results/default-seeds/bf16-seed{seed}" for seed in range(5)]
+    (before,) = {f"{overall(run, 'eval_before.json')['length']:.1f}" for run in runs}
+    after = [overall(run, "eval_after.json")["length"] for run in runs]
+    assert all(length > float(before) for length in after)
+    assert f"greedy ones grow from {before} to {min(after):.1f}–{max(after):.1f}" in page_words()
+
+
+def test_the_split_studys_malformed_and_collapsed_runs_are_its_records():
+    """The registered split study: the runs whose greedy answers grew long are those with over 5% of them malformed,
+    fewer than the collapse criterion counts, which adds the runs that end below the warm start."""
+    runs = json.loads((ROOT / "results/study-varied-split/results.json").read_text())["runs"].values()
+    (before,) = {f"{run['before']['overall']['length']:.1f}" for run in runs}
+    malformed = [run["after"]["overall"] for run in runs if run["after"]["overall"]["format_error"] > 0.05]
+    long = [run for run in runs if run["after"]["overall"]["length"] > 100]
+    below = [run for run in runs if run["after"]["overall"]["accuracy"] < run["before"]["overall"]["accuracy"]]
+    collapsed = len(malformed) + sum(run["after"]["overall"]["format_error"] <= 0.05 for run in below)
+    lengths, errors = [run["length"] for run in malformed], [100 * run["format_error"] for run in malformed]
+    assert len(long) == len(malformed) and all(run["after"]["overall"] in malformed for run in long)
+    page = page_words()
+    long_answers = f"{min(lengths):.0f}–{max(lengths):.0f} after in {len(malformed)} of the {len(runs)} runs"
+    assert f"greedy answers of {before} tokens before RL, {long_answers}" in page
+    assert f"in those {len(malformed)} runs {min(errors):.1f}–{max(errors):.1f}% of the greedy traces end" in page
+    assert f"with the {len(below)} runs whose greedy accuracy ends below the warm start's" in page
+    assert f"the criterion counts {collapsed} of the {len(runs)} runs as collapsed" in page
+
+
+def test_bf16_seed_0_of_two_code_versions_is_stated_as_its_records():
+    """The default recipe's bf16 seed 0 trained by two versions of lopti: other rollouts from the first batch, other
+    accuracies (its report against the table of bf16 seeds); fp32 seed 0 the same in both."""
+    later, earlier = ROOT / "results/default-decomposition/runs/rl-8-batches-seed0", ROOT / "results/default-seeds"
+
+    def rewards(run: Path) -> list:
+        return [json.loads(line).get("reward") for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    text = (later / "report.md").read_text()
+    sampled, greedy = (
+        re.search(rf"\| {row}.*?\| [\d.]+% \| ([\d.]+)% \|", text).group(1) for row in (r"\*\*sampled", "greedy")
     )
-    stated = [f"{ratio}× for {greedy}/{sampled}" for greedy, sampled, ratio in ratios[1:]]
-    assert all(phrase in page for phrase in stated), stated
+    assert abs(float(sampled) - 100 * overall(later, "eval_after_sampled.json")["accuracy"]) <= 0.05
+    table = record_columns(earlier / "results.md")
+    table_sampled, table_greedy = (table[name]["bf16-seed0"].split(" → ")[1] for name in ("sampled avg@2", "greedy"))
+    page = page_words()
+    assert f"(training reward {rewards(later)[0]:.3f} against {rewards(earlier / 'bf16-seed0')[0]:.3f})" in page
+    stated = f"ends at {sampled}% sampled and {greedy}% greedy by its report, against {table_sampled}% and "
+    assert stated + f"{table_greedy}% in the table of bf16 seeds above" in page
+    fp32 = [ROOT / "results/default-first-run-fp32", earlier / "fp32-seed0"]
+    assert rewards(fp32[0]) == rewards(fp32[1])
+    for name in ("eval_before.json", "eval_after.json", "eval_before_sampled.json", "eval_after_sampled.json"):
+        assert overall(fp32[0], name) == overall(fp32[1], name)
+    assert "seed 0 gives the same rewards and accuracies in both versions" in page

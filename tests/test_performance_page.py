@@ -1,0 +1,272 @@
+"""docs/performance.md states only what its records hold: each figure on the page is recomputed here from the record
+it cites (a run's report.md, config.yaml and run.json, what a bench printed, the profile, the shipped warm start's
+warm_start.json, the GPU check's JSON), each setting from the file that sets it, and a number the page states
+outside those phrases, its code spans and its links fails the check."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[1]
+PAGE = ROOT / "docs" / "performance.md"
+RESULTS = ROOT / "results"
+SIZES = RESULTS / "default-first-run-sizes"
+# a number as the page writes it: not part of a name (bf16, SmolLM2-135M, H200) or of a longer number
+NUMBER = re.compile(r"(?<![\w.\-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+NOT_FIGURES = re.compile(r"`[^`]*`|\]\([^)]*\)")  # code spans (commands, flags, paths) and link targets
+NOTE = r"(?: \([^|\d]*\))?"  # a cell's note without a number: "(reused)", "(GGUF conversion included)"
+
+
+def words(text: str) -> str:
+    """Return `text` with its whitespace runs as single spaces, as the page's figures are matched."""
+    return " ".join(text.split())
+
+
+def phrase(*parts: str) -> str:
+    """Return a pattern of literal parts; a part that is the pattern `NOTE` stays a pattern."""
+    return "".join(part if part == NOTE else re.escape(part) for part in parts)
+
+
+def report(run: Path) -> tuple[str, list[str]]:
+    """Return a run's wall time and its four phases' seconds (setup, evaluation before, RL, evaluation after) as its
+    report.md states them."""
+    wall, phases = re.search(r"Wall time: (\d+) s \((.*)\)\.", (run / "report.md").read_text()).groups()
+    return wall, [re.search(r"(\d+) s", part).group(1) for part in phases.split(" · ")]
+
+
+def run_row(label: str, run: Path) -> str:
+    """The table row of one run: its label, wall time, then each phase, each cell maybe with a note."""
+    wall, phases = report(run)
+    assert json.loads((run / "run.json").read_text())["global_step"] == 8, run  # the header's "RL (8 batches)"
+    cells = [phrase(f" {seconds} s", NOTE, " |") for seconds in phases]
+    return phrase(f"| {label} | {wall} s |") + "".join(cells)
+
+
+def held_out(run: Path) -> str:
+    """The held-out sizes a run's config.yaml sets, as the page writes them: "500 greedy, 200 × 2 sampled"."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    return f"{config['eval_puzzles']} greedy, {config['eval_sampled_prompts']} × {config['eval_samples']} sampled"
+
+
+def bench_machine(printed: str) -> dict:
+    """Return the machine a bench printed on its first line (a dict's repr)."""
+    return ast.literal_eval(printed.splitlines()[0].split("}", 1)[0] + "}")
+
+
+def first_run_figures() -> list[str]:
+    """The default recipe's settings, the side-by-side first runs (bench/first_run.py, each run's report) and the
+    evaluation ratios (bench/eval_sizes.py)."""
+    recipe = yaml.safe_load((ROOT / "configs/math-smollm2-ar-cpu.yaml").read_text())
+    batches, completions = recipe["max_steps"], recipe["per_device_train_batch_size"]
+    default, samples = recipe["eval_puzzles"], recipe["eval_samples"]
+    assert recipe["eval_sampled_prompts"] == default
+    printed, evaluations = (SIZES / "first_run.txt").read_text(), (SIZES / "eval_sizes.txt").read_text()
+    machine = bench_machine(printed)
+    assert machine == bench_machine(evaluations) and machine["native_bf16"], machine
+    cpu = machine["cpu"].replace("(R)", "").removesuffix(" Processor")
+    old, new = re.findall(r"round 0: (\d+) s", printed)
+    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+    sizes = re.findall(r"greedy (\d+) / sampled 2 x (\d+): ([\d.]+) s \((\d\.\d\d)x", evaluations)
+    (greedy, sampled, seconds, first), *others = sizes
+    assert others[-1][:2] == (str(default), str(default))
+    figures = [
+        f"The CPU figures are from {machine['cores']} cores and torch {'.'.join(machine['torch'].split('.')[:2])} CPU",
+        f"{batches} generated batches of {completions} completions) evaluates {default} held-out problems, greedy "
+        f"and {samples} samples each, before and after RL; the records below evaluated "
+        f"{held_out(SIZES / 'variant0').replace(', ', ' and ', 1)}",
+        f"Side by side on {machine['cores']} cores of an {cpu} that multiplies bf16 natively",
+        f"| RL ({batches} batches) |",
+        f"its processes took {old} s and {new} s: {ratio}×",
+        f"{seconds} s for {greedy}/{sampled} ({first}×)",
+        *(f"{share}× for {greedy}/{sampled}" for greedy, sampled, _, share in others),
+        f"Hence the default's {default}: its evaluations take {others[-1][3]}× the time of the records' sizes, its "
+        f"first run {ratio}×",
+    ]
+    rows = [
+        run_row(held_out(SIZES / "variant0"), SIZES / "variant0"),
+        run_row(f"{held_out(SIZES / 'variant1')} (the default)", SIZES / "variant1"),
+    ]
+    return [re.escape(figure) for figure in figures] + rows
+
+
+def record_runs_figures() -> list[str]:
+    """The records' first runs: seeds 0 and 1 of results/default-seeds and the fp32 first run, on the machine the
+    profile and the fp32 run record."""
+    seeds, fp32 = RESULTS / "default-seeds", RESULTS / "default-first-run-fp32"
+    sizes = {held_out(run) for run in (seeds / "bf16-seed0", seeds / "bf16-seed1", fp32)}
+    assert len(sizes) == 1, sizes
+    profiled = (RESULTS / "default-first-run-profile/profile.txt").read_text()
+    machine = re.search(r"Machine: (\d+ cores of an AMD EPYC with [^,]*), torch", profiled).group(1)
+    hardware = json.loads((fp32 / "run.json").read_text())["hardware"]
+    assert machine.startswith(f"{hardware['cores']} cores of an {hardware['cpu']} ") and hardware["native_bf16"]
+    figures = [f"### The records' first runs ({sizes.pop()})", f"On {machine}, 2 threads"]
+    return [re.escape(figure) for figure in figures] + [
+        run_row("first run, empty cache (seed 0)", seeds / "bf16-seed0"),
+        run_row("later run (seed 1)", seeds / "bf16-seed1"),
+        run_row("first run, fp32 (`--bf16 false`)", fp32),
+    ]
+
+
+def profile_figures() -> list[str]:
+    """Where a one-batch first run's time goes, from the cProfile record: the total, the evaluations' cumulative
+    time and the own time of the largest functions."""
+    record = RESULTS / "default-first-run-profile"
+    assert json.loads((record / "run.json").read_text())["global_step"] == 1  # "a one-batch first run"
+    profiled = (record / "profile.txt").read_text()
+    total = float(re.search(r"primitive calls\) in ([\d.]+) seconds", profiled).group(1))
+    rows = re.findall(r"^\s+[\d/]+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+[\d.]+ (.+)$", profiled, re.MULTILINE)
+
+    def own(function: str, column: int = 0) -> str:
+        (seconds,) = {row[column] for row in rows if re.search(function, row[2])}
+        return f"{float(seconds):.1f}"
+
+    evaluations, linear, matmul = own(r"\(held_out_eval\)", 1), own(r"_nn\.linear}"), own(r"torch\.matmul}")
+    kept, prefill = own(r"\(_kept\)"), own("scaled_dot_product_attention}")
+    return [
+        re.escape(
+            f"({total:.1f} s profiled, {evaluations} s of it the evaluations), puts the time in the linear layers "
+            f"({linear} s), the decode attention's matmuls over the KV cache ({matmul} s), the copies that drop "
+            f"ended rows from the cache ({kept} s), the prefill's attention ({prefill} s)"
+        )
+    ]
+
+
+def warm_start_figures() -> list[str]:
+    """The shipped warm start: its SFT examples from its settings, and the time, machine and torch of its build."""
+    from lopti.tasks.kk.data import parse_people
+
+    record = json.loads((ROOT / "lopti/models/shipped/tiny/warm_start.json").read_text())
+    settings = record["warm_start"]
+    examples = len(parse_people(settings["people"])) * settings["puzzles_per_size"] * settings["copies"]
+    examples += settings["answer_puzzles"]
+    autocast = "under bf16 autocast" if settings["bf16"] else "in float32"
+    assert record["stage_one_reused"]  # then "seconds" is stage 2's alone
+    reused = re.search(r"--stage-one \S+", record["command"]).group(0)
+    machine = record["machine"].split(", bf16 instructions")[0]
+    return [
+        re.escape(f"{examples:,} SFT examples in two stages {autocast}"),
+        re.escape(f"{record['seconds']} s for stage 2 alone (stage 1 reused, `{reused}`) on an {machine}, ")
+        + re.escape(f"torch {record['torch']}"),
+    ]
+
+
+def gpu_figures() -> list[str]:
+    """The GPU check's settings from bench/gpu_check.py, its wheels from bench/gpu_wheels.sh, and its timings from
+    the record; and the claim that the ratios lie within the round-to-round spread."""
+    script = (ROOT / "bench/gpu_check.py").read_text()
+    hidden, layers = re.search(r"else dict\(hidden_size=(\d+), layers=(\d+)", script).groups()
+    completions, tokens = re.search(
+        r"\(\s*dict\(per_device_train_batch_size=(\d+), num_generations=\d+, max_completion_length=(\d+)", script
+    ).groups()
+    alpha, steps = re.search(
+        r'"ar\+lopti": \{"ar_alpha": ([\d.]+), "lopti": True, "num_iterations": (\d+)', script
+    ).groups()
+    batches = int(re.search(r'"--batches", type=int, default=(\d+)', script).group(1))
+    wheels = [line for line in (ROOT / "bench/gpu_wheels.sh").read_text().splitlines() if not line.startswith("#")]
+    pins = re.findall(r"\S+==\S+", "\n".join(wheels))
+    record = json.loads((RESULTS / "gpu-check/h200-2026-12-04.json").read_text())
+    runs = record["runs"]
+    (rounds,) = {len(run["rounds"]) for run in runs.values()}
+    (timed,) = {run["batches_timed"] / rounds for run in runs.values()}
+    assert timed == batches - 1  # the first batch of each run is left out
+
+    def row(label: str, name: str) -> str:
+        run = runs[name]
+        assert run["seconds_per_batch"] == pytest.approx(statistics.mean(run["rounds"]))
+        cells = [f"{run['seconds_per_batch']:.3f}", ", ".join(f"{s:.3f}" for s in run["rounds"])]
+        return f"| {label} | {' | '.join(cells)} | {run['completion_mean_length']:.1f} |"
+
+    for faster, slower in (("grpo", "ar+lopti"), ("grpo", "trl")):  # "both within the round-to-round spread"
+        difference = abs(runs[slower]["seconds_per_batch"] - runs[faster]["seconds_per_batch"])
+        assert all(difference < max(runs[n]["rounds"]) - min(runs[n]["rounds"]) for n in (faster, slower))
+    figures = [
+        f"a tiny random Qwen2 (hidden {hidden}, {layers} layers; {completions} completions of up to {tokens} tokens "
+        f"per step)",
+        f"as AR + Lopti (α = {alpha})",
+        f"with network: {len(pins)} wheels into bench/gpu_wheels/",
+        f"On one {record['device']}, {batches} batches per run, {timed:.0f} timed",
+        f"s per generated batch (mean of {rounds} rounds)",
+        row("TRL `GRPOTrainer`", "trl"),
+        row("lopti, GRPO", "grpo"),
+        row(f"lopti, AR + Lopti ({steps} optimizer steps per batch)", "ar+lopti"),
+        f"AR + Lopti / GRPO is {record['ar_lopti_over_grpo']:.2f}× and lopti's GRPO / `GRPOTrainer` "
+        f"{record['lopti_grpo_over_trl']:.2f}×, both within the round-to-round spread",
+    ]
+    return [re.escape(figure) for figure in figures]
+
+
+# names, not measurements: the seeds run, phase 1 of Lopti's update
+SETTINGS = [re.escape(name) for name in ("seeds 0 and 1 ran alone", "[seed 0]", "[seed 1]", "phase 1's log-probs")]
+
+
+def figures() -> list[str]:
+    """Every figure the page states, each a pattern built from its record (or the file that sets it)."""
+    return [
+        *first_run_figures(),
+        *record_runs_figures(),
+        *profile_figures(),
+        *warm_start_figures(),
+        *gpu_figures(),
+        *SETTINGS,
+    ]
+
+
+def check_page(text: str) -> int:
+    """Assert that `text` states each figure as its record has it, and no number besides (outside code spans and
+    link targets). Return how many numbers were checked."""
+    text = words(text)
+    missing = [pattern for pattern in figures() if not re.search(pattern, text)]
+    assert not missing, f"not on the page as the records have them: {missing}"
+    covered = [match.span() for pattern in figures() for match in re.finditer(pattern, text)]
+    covered += [match.span() for match in NOT_FIGURES.finditer(text)]
+    numbers = list(NUMBER.finditer(text))
+    loose = [
+        text[max(0, number.start() - 30) : number.end() + 10]
+        for number in numbers
+        if not any(start <= number.start() and number.end() <= end for start, end in covered)
+    ]
+    assert not loose, f"numbers on the page that no record gives: {loose}"
+    return len(numbers)
+
+
+def test_each_figure_on_the_performance_page_is_recomputed_from_its_record():
+    assert check_page(PAGE.read_text()) > 60
+
+
+@pytest.mark.parametrize(
+    "right, wrong",
+    [
+        ("| 1.386 |", "| 1.385 |"),  # a GPU check mean
+        ("1.06×", "1.07×"),  # a ratio the GPU check's record computes
+        ("| 701 s |", "| 700 s |"),  # the fp32 first run's wall time
+        ("| 0 s (reused) |", "| 1 s (reused) |"),  # a phase of seed 1's report
+        ("0.49× for 150/150", "0.48× for 150/150"),  # an evaluation ratio of bench/eval_sizes.py
+        ("(96.9 s)", "(95.9 s)"),  # a profiled function's own time
+        ("66,000 SFT examples", "60,000 SFT examples"),  # the warm start's data, from its settings
+        ("209 s for stage 2", "210 s for stage 2"),  # the warm start's build time
+        ("19 wheels", "18 wheels"),  # the pinned wheels of bench/gpu_wheels.sh
+        ("bench/gpu_wheels/ ", "bench/gpu_wheels/ (62.8 MiB) "),  # a figure no record holds
+        ("(hidden 256, 4 layers;", "(hidden 256, 8 layers;"),  # a setting bench/gpu_check.py does not use
+    ],
+)
+def test_a_performance_page_that_disagrees_with_its_record_fails(right, wrong):
+    page = words(PAGE.read_text())
+    assert right in page
+    with pytest.raises(AssertionError):
+        check_page(page.replace(right, wrong, 1))
+
+
+def test_the_readmes_first_run_figure_is_the_benches_record():
+    """The README's first run is what bench/first_run.py printed for the default held-out set."""
+    printed = (SIZES / "first_run.txt").read_text()
+    new = re.findall(r"round 0: (\d+) s", printed)[1]
+    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+    readme = words((ROOT / "README.md").read_text())
+    assert f"A first run took {new} s on 2 cores, {ratio}× the same run with those sizes" in readme
