@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.arguments import LoptiParser, check_keys, load_yaml
-from lopti.errors import SettingError, UserError, check_number, check_output_folder
+from lopti.commands.arguments import LoptiParser, load_yaml
+from lopti.errors import SettingError, UserError, check_keys, check_number, check_output_folder
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData, get_task
 from lopti.tasks.task import Task, check_puzzle_counts
