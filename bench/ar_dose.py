@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lopti.commands.checkpoints import last_complete_checkpoint
-from lopti.commands.files import write_atomic
 from lopti.cpu.precision import cpu_kind
 from lopti.experiments.dose import DoseResponse, dose_response
 from lopti.experiments.statistics import PairedDifference, paired_difference
+from lopti.files import write_atomic
+from lopti.run_folder import last_complete_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG, OUT = ROOT / "configs" / "math-smollm2-ar-cpu.yaml", ROOT / "results" / "ar-dose"

@@ -22,9 +22,9 @@ from pathlib import Path
 from default_select import third_means
 
 from lopti.cli import main as lopti
-from lopti.commands.files import write_atomic
 from lopti.commands.report import paired_interval, per_prompt
 from lopti.experiments.statistics import paired_difference, smallest_p
+from lopti.files import write_atomic
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "math-smollm2-ar-cpu.yaml"
 SEEDS, PRECISIONS, MIN_GAIN = (0, 1, 2, 3, 4), ("bf16", "fp32"), 10.0

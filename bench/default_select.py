@@ -31,7 +31,7 @@ from smollm2_select import validation_rows
 
 from lopti.cli import main as lopti
 from lopti.commands import train_run
-from lopti.commands.files import write_atomic
+from lopti.files import write_atomic
 from lopti.tasks.math.data import trainer_rows
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "math-smollm2-ar-cpu.yaml"

@@ -23,10 +23,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from warm_start_probe import started_accuracy
 
-from lopti.commands.files import write_atomic
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.evaluation.generation import prompt_text
+from lopti.files import write_atomic
 from lopti.models.loading import resolve_model
 from lopti.tasks.registry import get_task
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from lopti.commands.files import write_atomic
 from lopti.commands.settings import resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.cpu.precision import native_bf16
 from lopti.evaluation.generation import generate, prompt_text
+from lopti.files import write_atomic
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.completions import ended_properly, prefilled_think
 from lopti.tasks.registry import get_task

@@ -24,7 +24,7 @@ from datasets import Dataset
 from smollm2_select import validation_rows
 from testbed_select import ROOT, gain_summary, run
 
-from lopti.commands.files import write_atomic
+from lopti.files import write_atomic
 from lopti.tasks.math.data import trainer_rows
 
 CONFIG = "configs/math-smollm2-cpu.yaml"

@@ -24,9 +24,9 @@ import json
 import time
 from pathlib import Path
 
-from lopti.commands.files import write_atomic
 from lopti.cpu.packing import fast_generation
 from lopti.evaluation.scoring import judge_rows, summarise
+from lopti.files import write_atomic
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
 from lopti.tasks.math.data import math_records
 from lopti.tasks.math.generate import generate_problems

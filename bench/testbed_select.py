@@ -32,7 +32,7 @@ from testbed_runs import PAPER_SHARES, start_shares
 
 from lopti.cli import main as lopti
 from lopti.commands import train_run
-from lopti.commands.files import write_atomic
+from lopti.files import write_atomic
 from lopti.tasks.kk.data import kk_records
 from lopti.tasks.kk.logic import canonical_key
 from lopti.tasks.kk.prompts import trainer_prompt

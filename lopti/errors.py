@@ -1,5 +1,5 @@
-"""How failures reach the user: the errors the `lopti` command prints as one line, and the file checks that raise
-them before any work starts.
+"""How failures reach the user: the errors the `lopti` command prints as one line, and the checks of settings and
+files that raise them before any work starts.
 
 Bad input raises `UserError` (a ValueError; lopti's checks of settings, files and folders) or another ValueError /
 FileNotFoundError / PermissionError naming the key, value or path (exit status 2). A run that cannot go on raises
@@ -9,11 +9,13 @@ This module imports nothing heavy, so the command can use it before torch is loa
 
 from __future__ import annotations
 
+import difflib
 import errno
 import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -62,6 +64,18 @@ def check_number(
     wanted = " and ".join(bounds) if number else "a number"
     wanted = "a finite number" if number and not bounds else wanted
     raise SettingError(key, f"{key} must be {wanted}{''.join(f' (or {v})' for v in allowed)}, got {value!r}")
+
+
+def check_keys(keys: Iterable[str], known: Iterable[str], source: str) -> None:
+    """Refuse each key not in `known`, naming its source and the closest known keys."""
+    known = sorted(known)
+    said = []
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, 3)
+            said.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    if said:
+        raise UserError(f"{source}: unknown key(s) {'; '.join(said)}")
 
 
 class NumericalFailure(RuntimeError):

@@ -5,7 +5,8 @@
 
 The CPU engine is entered from its package only: the other layers import `lopti.cpu`, never its modules.
 
-`errors`, `bounded`, `console` and `extras` are leaf modules every layer but core may use.
+`errors`, `bounded`, `console`, `extras`, `files` (folder locks, whole-or-absent writes) and `run_folder` (what a run
+folder holds) are leaf modules every layer but core may use.
 """
 
 import ast
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lopti"
-LEAVES = {"errors", "bounded", "console", "extras"}
+LEAVES = {"errors", "bounded", "console", "extras", "files", "run_folder"}
 ALLOWED = {
     "core": {"core"},
     "tasks": {"core", "tasks"} | LEAVES,
@@ -33,6 +34,8 @@ ALLOWED = {
     "extras": {"errors"},
     "bounded": {"errors"},
     "console": {"core"},
+    "files": {"errors"},
+    "run_folder": set(),
 }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import inspect
 import re
 from collections.abc import Iterable
@@ -24,7 +23,7 @@ from typing import Any, NoReturn
 import yaml
 from transformers import HfArgumentParser
 
-from lopti.errors import UserError
+from lopti.errors import UserError, check_keys
 
 
 class SettingsLoader(yaml.SafeLoader):
@@ -60,18 +59,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
     return data
-
-
-def check_keys(keys: Iterable[str], known: Iterable[str], source: str) -> None:
-    """Refuse each key not in `known`, naming its source and the closest known keys."""
-    known = sorted(known)
-    said = []
-    for key in keys:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, 3)
-            said.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-    if said:
-        raise UserError(f"{source}: unknown key(s) {'; '.join(said)}")
 
 
 TYPE_WORDS = {"int": "a whole number", "float": "a number", "string_to_bool": "true or false"}  # the flags' types

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from lopti.commands.files import write_atomic
+from lopti.files import write_atomic
 
 
 class MetricsLog(TrainerCallback):

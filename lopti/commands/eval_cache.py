@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from lopti.commands.files import write_atomic
+from lopti.files import write_atomic
 from lopti.models.embedded import MANIFEST, cache_root
 
 Evaluation = tuple[dict[str, Any], dict[str, Any] | None]  # (greedy, sampled or None)

@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from lopti.commands.files import check_folder, claim_folder, folder_lock, write_atomic
 from lopti.commands.lengths import check_lengths
 from lopti.errors import check_number, check_output_folder
 from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
+from lopti.files import check_folder, claim_folder, folder_lock, write_atomic
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
 from lopti.tasks.registry import TaskData, get_task
 

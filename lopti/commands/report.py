@@ -4,22 +4,15 @@ gradient share per probability bucket, and the update quality when the run logge
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.files import write_atomic
 from lopti.diagnostics.plots import plot_update_quality
 from lopti.evaluation.scoring import half_width, pass_at_k
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Return the lines of a metrics.jsonl file (empty if there is none)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from lopti.files import write_atomic
+from lopti.run_folder import read_metrics
 
 
 def metric_series(metrics: list[dict[str, Any]], prefix: str) -> dict[str, dict[int, float]]:

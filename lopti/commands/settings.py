@@ -15,8 +15,8 @@ from typing import Any
 
 from trl import TrlParser
 
-from lopti.commands.arguments import SettingsLayer, check_keys, load_yaml
-from lopti.errors import SettingError, UserError, check_number, check_output_folder
+from lopti.commands.arguments import SettingsLayer, load_yaml
+from lopti.errors import SettingError, UserError, check_keys, check_number, check_output_folder
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import TaskData, get_task
 from lopti.tasks.task import Task, check_puzzle_counts

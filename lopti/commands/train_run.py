@@ -26,9 +26,7 @@ import yaml
 from datasets import Dataset
 
 from lopti.commands.callbacks import MetricsLog, StopAtMaxSteps, TrainingEnded, drop_metrics_after
-from lopti.commands.checkpoints import checkpoint_step, last_complete_checkpoint
 from lopti.commands.eval_cache import evaluation_key, remembered
-from lopti.commands.files import folder_lock, write_atomic
 from lopti.commands.lengths import check_lengths, check_one_batch
 from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
 from lopti.commands.provenance import code_version
@@ -39,7 +37,9 @@ from lopti.console import rl_columns, use_lopti_console
 from lopti.cpu import evaluation_generation, hardware, precision_words, trainer_class
 from lopti.evaluation.scoring import evaluate_rows
 from lopti.evaluation.token_probabilities import answer_token_counts
+from lopti.files import folder_lock, write_atomic
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
+from lopti.run_folder import checkpoint_step, last_complete_checkpoint, run_outputs, sampled_path
 from lopti.tasks.registry import get_task
 from lopti.tasks.task import Task
 from lopti.train.config import LoptiGRPOConfig
@@ -249,23 +249,10 @@ def start_eval_key(training: Training, run: RunConfig) -> str | None:
     return evaluation_key(training.model_path, list(training.eval_rows), settings)
 
 
-def sampled_path(out: Path) -> Path:
-    """Return where the sampled part of the evaluation saved at `out` goes."""
-    return out.with_name(out.stem + "_sampled.json")
-
-
 def saved_eval(out: Path, run: RunConfig) -> dict:
     """Return an evaluation that `held_out_eval` saved in an earlier, interrupted invocation of the run."""
     result = json.loads(out.read_text())
     return {**result, "sampled": json.loads(sampled_path(out).read_text())} if run.eval_samples > 1 else result
-
-
-def run_outputs(evaluate: bool) -> list[str]:
-    """Return the files a finished run holds besides its checkpoints, in the order they are written.
-
-    run.json stands for final/: it is written once final/ is whole.
-    """
-    return ["run.json", *(["eval_before.json", "eval_after.json", "report.md"] if evaluate else [])]
 
 
 def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Path:

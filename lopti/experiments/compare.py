@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.files import folder_lock
-from lopti.commands.settings import resolve
 from lopti.core.methods import PAPER_METHODS
 from lopti.errors import check_number
 from lopti.experiments.grid import parse_grid, run_grid
@@ -35,13 +33,14 @@ from lopti.experiments.plan import METRICS, check_registered, register, study_pl
 from lopti.experiments.study import (
     PLAN_FILE,
     STUDY_FILE,
-    check_variants,
     claim_study,
     collect,
     plan_runs,
+    study_base,
     train_keeping_records,
     train_settings,
 )
+from lopti.files import folder_lock
 
 
 @dataclass
@@ -157,8 +156,7 @@ def run_all(
     or Ray it must be importable by the workers).
     `plan` makes the study's plan from its base settings: a folder registered with another plan is refused.
     """
-    base = resolve(config, overrides)
-    check_variants(base, variants)  # bad variants fail before anything is written
+    base = study_base(config, overrides, variants)  # bad settings fail before anything is written
     with folder_lock(out):
         if plan is not None:
             check_registered(out, plan(base))
@@ -184,8 +182,7 @@ def run_study(config: Path, overrides: dict[str, Any], study: CompareConfig, out
         return study_plan(base, study.variants, study.seeds, study.primary, study.primary_metric, study.alpha)
 
     if study.register:
-        base = resolve(config, overrides)
-        check_variants(base, study.variants)
+        base = study_base(config, overrides, study.variants)
         with folder_lock(out):
             digest = register(out, plan(base))
         return f"Registered plan {digest} in {out / PLAN_FILE}; commit it, then run this command without --register."

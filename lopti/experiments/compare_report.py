@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from lopti.commands.report import read_metrics
 from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
@@ -37,6 +36,7 @@ from lopti.experiments.study import (
     collapsed,
     malformed,
 )
+from lopti.run_folder import read_metrics, sampled_path
 from lopti.tasks.registry import TaskData, get_task
 
 QUALITY_FAMILIES = ("correct_pos", "correct_neg", "dlogp_pos", "dlogp_neg")
@@ -72,8 +72,6 @@ def results_table(results: dict[str, Any]) -> str:
 def sampled_evaluations(out: Path, results: dict[str, Any], stage: str = "after") -> dict[str, dict[str, Any]]:
     """Return run name → its sampled held-out evaluation (avg@k) `stage` RL ("before" or "after"), for the runs
     that made one."""
-    from lopti.commands.train_run import sampled_path  # here: train_run loads the trainer
-
     paths = {name: sampled_path(out / "runs" / name / f"eval_{stage}.json") for name in results["runs"]}
     return {name: json.loads(path.read_text()) for name, path in paths.items() if path.exists()}
 

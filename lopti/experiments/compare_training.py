@@ -13,9 +13,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.report import read_metrics
 from lopti.core.methods import parse_method
 from lopti.experiments.statistics import paired_difference
+from lopti.run_folder import read_metrics
 
 TRAINING_COLUMNS = {  # metric key → column title of the training table, besides the top bucket's
     "reward": "reward",

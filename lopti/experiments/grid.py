@@ -17,25 +17,24 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.arguments import check_keys
-from lopti.commands.files import claim_folder, folder_lock, write_atomic
 from lopti.commands.settings import resolve, train_keys, train_parser
-from lopti.errors import SettingError, UserError
+from lopti.errors import SettingError, UserError, check_keys
 from lopti.experiments.compare_report import write_compare_report
 from lopti.experiments.jobs import run_jobs, threads_per_run
 from lopti.experiments.plan import check_registered, study_plan
 from lopti.experiments.study import (
     COLLAPSE_FORMAT_ERROR,
     GROWABLE,
-    check_variants,
     claim_study,
     collapsed,
     collect,
     mean_std,
     plan_runs,
+    study_base,
     train_keeping_records,
     train_settings,
 )
+from lopti.files import claim_folder, folder_lock, write_atomic
 from lopti.train.config import LoptiGRPOConfig
 
 GRID_FILE = "grid.json"
@@ -116,8 +115,8 @@ def run_grid(
     """
     points = []
     for values in grid_points(grid):
-        point_base = resolve(config, overrides | {key: grid_value(key, value) for key, value in values.items()})
-        check_variants(point_base, study.variants)
+        point_overrides = overrides | {key: grid_value(key, value) for key, value in values.items()}
+        point_base = study_base(config, point_overrides, study.variants)
         points.append((values, out / point_label(values), point_base))
     base = resolve(config, overrides)
     identity = {"base": base, "grid": grid, "variants": study.variants, "seeds": study.seeds}

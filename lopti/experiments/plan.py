@@ -19,6 +19,7 @@ from typing import Any
 from lopti.errors import UserError
 from lopti.experiments.statistics import BOOTSTRAP_RESAMPLES, EXACT_SEEDS, LEVEL
 from lopti.experiments.study import BASE, COLLAPSE_FORMAT_ERROR, PLAN_FILE
+from lopti.files import write_atomic
 
 METRICS = ("greedy", "sampled", "pass@k")  # held-out accuracy greedy, sampled avg@k, or sampled pass@k
 DATA_KEYS = frozenset({"task", "template", "people", "levels", "train_file", "eval_file", "train_puzzles"})
@@ -127,8 +128,6 @@ def check_registered(out: Path, plan: dict[str, Any]) -> str | None:
 def register(out: Path, plan: dict[str, Any]) -> str:
     """Write plan.json with the plan and its hash in `out`, before any run; return the hash. Registering the
     same plan again changes nothing; a folder that already holds runs is refused."""
-    from lopti.commands.files import write_atomic
-
     if check_registered(out, plan) is not None:
         return plan_hash(plan)
     runs = out / "runs"

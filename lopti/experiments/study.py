@@ -15,13 +15,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lopti.commands.checkpoints import last_complete_checkpoint
-from lopti.commands.files import claim_folder, write_atomic
-from lopti.commands.settings import split
+from lopti.commands.settings import resolve, split
 from lopti.core.constants import AR_ALPHA_KK  # AR's α when the base recipe has none
 from lopti.core.credit_presets import credit_problems
 from lopti.core.methods import MethodSpec, parse_method
 from lopti.experiments.jobs import Job
+from lopti.files import claim_folder, write_atomic
+from lopti.run_folder import last_complete_checkpoint, run_outputs
 
 STUDY_FILE, THREADS_FILE, PLAN_FILE = "compare.json", "threads.json", "plan.json"
 BASE = "grpo"  # the variant every other is compared with, unless a registered plan names other comparisons
@@ -79,6 +79,14 @@ def check_variants(base: dict[str, Any], variants: list[str]) -> None:
         )
         if problems:
             raise ValueError(f"--variants {variant}: " + "; ".join(problems))
+
+
+def study_base(config: str | Path, overrides: dict[str, Any], variants: list[str]) -> dict[str, Any]:
+    """Return the base settings of a study (the recipe's, then `overrides`, as `lopti train` resolves them), with
+    every variant's settings checked too, so that a bad recipe or variant fails before anything is written."""
+    base = resolve(config, overrides)
+    check_variants(base, variants)
+    return base
 
 
 def run_name(variant: str, seed: int) -> str:
@@ -169,8 +177,6 @@ def plan_runs(
     on its floating-point path; the others get `threads`, recorded before they start. All take the study's
     precision (`study_precision`).
     """
-    from lopti.commands.train_run import run_outputs
-
     threads_path = out / THREADS_FILE
     recorded = json.loads(threads_path.read_text()) if threads_path.exists() else {}
     precision = study_precision(out, base)

@@ -15,11 +15,11 @@ from lopti import cli
 from lopti.cli import main
 from lopti.commands import train_run as run_module
 from lopti.commands.callbacks import drop_metrics_after
-from lopti.commands.checkpoints import last_complete_checkpoint
 from lopti.commands.provenance import code_version
 from lopti.commands.settings import split as split_settings
 from lopti.cpu import CpuLoptiGRPOTrainer, evaluation_generation
 from lopti.cpu.precision import cpu_kind
+from lopti.run_folder import last_complete_checkpoint
 from lopti.tasks.registry import get_task
 from lopti.train.trainer import LoptiGRPOTrainer, untied_missing_keys
 

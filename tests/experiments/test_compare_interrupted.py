@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lopti.commands.train_run import run_outputs
+from lopti.run_folder import run_outputs
 
 RUNS = ["grpo-s0", "grpo-s1", "grpo-s2"]
 

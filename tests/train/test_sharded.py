@@ -16,8 +16,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lopti.commands.checkpoints import checkpoint_problem
 from lopti.errors import UserError
+from lopti.run_folder import checkpoint_problem
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import local_shard
 from lopti.train.trainer import LoptiGRPOTrainer

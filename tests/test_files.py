@@ -13,11 +13,11 @@ import yaml
 
 import lopti
 from lopti.cli import main
-from lopti.commands.files import folder_lock, write_atomic
+from lopti.files import folder_lock, write_atomic
 
 HOLD = """
 import sys
-from lopti.commands.files import folder_lock
+from lopti.files import folder_lock
 with folder_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()
@@ -92,7 +92,7 @@ def test_write_atomic_replaces_whole_files_only(tmp_path):
 
 
 def test_one_folder_guard_for_evaluations_comparisons_and_grids(tmp_path):
-    from lopti.commands.files import check_folder, claim_folder
+    from lopti.files import check_folder, claim_folder
 
     out = tmp_path / "study"
     identity = {"base": {"learning_rate": 1e-4}, "variants": ["grpo"], "seeds": [0]}

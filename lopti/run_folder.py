@@ -1,4 +1,5 @@
-"""Checkpoints that survive a kill: find the newest one that was written completely.
+"""A run folder as `lopti train` leaves it, read by the command that resumes it and by the studies that collect
+it: the outputs of a finished run, its metrics log, and the newest checkpoint that was written completely.
 
 A `checkpoint-N` folder counts only when every file a resume reads is present and loadable: the
 trainer state, the model (or LoRA adapter) weights, the optimizer, the scheduler and the RNG states.
@@ -21,6 +22,7 @@ import re
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 WEIGHT_FILES = (
@@ -30,6 +32,26 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "adapter_model.bin",
 )
+
+
+def run_outputs(evaluate: bool) -> list[str]:
+    """Return the files a finished run holds besides its checkpoints, in the order they are written.
+
+    run.json stands for final/: it is written once final/ is whole.
+    """
+    return ["run.json", *(["eval_before.json", "eval_after.json", "report.md"] if evaluate else [])]
+
+
+def sampled_path(out: Path) -> Path:
+    """Return where the sampled part of the evaluation saved at `out` goes."""
+    return out.with_name(out.stem + "_sampled.json")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Return the lines of a metrics.jsonl file (empty if there is none)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _unloadable(path: Path) -> str | None:

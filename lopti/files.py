@@ -1,5 +1,5 @@
-"""Run-folder safety: one lopti process per folder at a time, files that are either whole or absent, and a
-folder that holds one thing only.
+"""Output-folder safety, for the commands' run and evaluation folders and the studies' folders alike: one lopti
+process per folder at a time, files that are either whole or absent, and a folder that holds one thing only.
 
 The lock is filelock's `FileLock` on `.lopti.lock` in the folder: an OS lock (`flock` on Linux), not a pid
 file, so the kernel releases it when its holder exits, however it exits (crash, kill -9), and it is never left

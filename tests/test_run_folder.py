@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lopti.commands.checkpoints import checkpoint_problem, last_complete_checkpoint
+from lopti.run_folder import checkpoint_problem, last_complete_checkpoint
 
 
 def write_checkpoint(folder, step, weights=("model.safetensors",), random_states=("rng_state.pth",)):
