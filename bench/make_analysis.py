@@ -42,16 +42,16 @@ RUNS = {
     # keep it to hours (the log-softmax is float64 either way); micro-batches of one prompt's 8 responses run
     # that prompt once (packed). AdamW as its recipe trains (lr 1e-6).
     "smollm2": AnalyzeConfig(
-        model="smollm2-135m", people="2,3", template="chatml-think", reward="lenient", prompts=4, num_generations=8,
-        temperature=0.7, max_completion_length=96, dtype="float32", batches=4, optimizers=REGIMES, warmup_updates=3,
-        micro_batch=8,
+        model="smollm2-135m", task="kk", people="2,3", template="chatml-think", reward="lenient", prompts=4,
+        num_generations=8, temperature=0.7, max_completion_length=96, dtype="float32", batches=4, optimizers=REGIMES,
+        warmup_updates=3, micro_batch=8,
         **adamw_of("kk-smollm2-cpu"),
     ),
     # The warm-started tiny model on its own training distribution (3-4 people, terse form), at its RL
     # temperature; the partial reward is the one it trains with; AdamW as the embedded recipe trains.
     "tiny": AnalyzeConfig(
-        model="tiny", people="3,4", template="terse", fixed_names=True, reward="partial", prompts=16, num_generations=8,
-        temperature=1.0, max_completion_length=48, batches=8, optimizers=REGIMES, warmup_updates=3,
+        model="tiny", task="kk", people="3,4", template="terse", fixed_names=True, reward="partial", prompts=16,
+        num_generations=8, temperature=1.0, max_completion_length=48, batches=8, optimizers=REGIMES, warmup_updates=3,
         **adamw_of("kk-tiny-cpu"),
     ),
 }  # fmt: skip

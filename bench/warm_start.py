@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from lopti.models.embedded import SHIPPED, WARM_STARTED, build_tiny_base, warm_start_config, write_manifest
+from lopti.models.embedded import SHIPPED, WARM_STARTED, warm_start_config, write_manifest
 from lopti.tasks.kk.warmstart import cpu_has_bf16, warm_start
 
 
@@ -54,7 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         base, built = Path(work) / "tiny-base", Path(work) / "tiny"
         base.mkdir()
-        build_tiny_base(base)
+        WARM_STARTED[args.model].build_base(base)
         warm_start(base, built, config, args.stage_one)
         shutil.rmtree(built / "sft-work", ignore_errors=True)
         (built / "training_args.bin").unlink(missing_ok=True)  # the Trainer's pickled settings: not needed to load

@@ -129,7 +129,8 @@ def test_a_new_run_field_is_a_yaml_key_and_a_flag_without_touching_the_cli(monke
 
 def test_yaml_then_command_line_and_a_flag_alone_means_true(trained, tmp_path):
     recipe = tmp_path / "recipe.yaml"
-    settings_in_file = {"max_steps": 3, "learning_rate": 0.1, "lopti": False, "num_iterations": 2, "people": "3"}
+    settings_in_file = {"max_steps": 3, "learning_rate": 0.1, "lopti": False, "num_iterations": 2}
+    settings_in_file |= {"task": "kk", "people": "3"}
     recipe.write_text(yaml.safe_dump({**settings_in_file, "output_dir": str(tmp_path / "run")}))
     argv = ["train", "--config", str(recipe), "--max_steps", "5", "--lopti", "--learning-rate=0.2", "--people", "3-4"]
     assert main(argv) == 2

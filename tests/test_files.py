@@ -41,12 +41,12 @@ def holder(tmp_path):
 def test_second_train_eval_or_compare_into_a_held_folder_stops_with_one_line(holder, tiny_model_dir, tmp_path, capsys):
     folder, process = holder
     recipe = tmp_path / "recipe.yaml"
-    settings = dict(model=str(tiny_model_dir), people="2", train_puzzles=8, eval_puzzles=1, num_generations=4,
-        per_device_train_batch_size=4, max_completion_length=4, max_steps=1, use_cpu=True, bf16=False,
-        report_to=[])  # fmt: skip
+    settings = dict(model=str(tiny_model_dir), task="kk", people="2", train_puzzles=8, eval_puzzles=1,
+        num_generations=4, per_device_train_batch_size=4, max_completion_length=4, max_steps=1, use_cpu=True,
+        bf16=False, report_to=[])  # fmt: skip
     recipe.write_text(yaml.safe_dump(settings))
     assert main(["train", "--config", str(recipe), "--output_dir", str(folder)]) == 2
-    evaluate = ["eval", "--model", str(tiny_model_dir), "--people", "2", "--eval_puzzles", "1"]
+    evaluate = ["eval", "--model", str(tiny_model_dir), "--task", "kk", "--people", "2", "--eval_puzzles", "1"]
     evaluate += ["--eval_max_new_tokens", "4"]
     assert main([*evaluate, "--out", str(folder)]) == 2
     assert main(["compare", "--config", str(recipe), "--variants", "grpo", "--seeds", "0", "--out", str(folder)]) == 2

@@ -88,6 +88,18 @@ def test_the_cpu_engine_is_entered_from_its_package_only():
             assert not reached, f"{path.relative_to(PACKAGE.parent)} imports {reached}: import them from lopti.cpu"
 
 
+def test_code_outside_the_tasks_imports_no_tasks_own_modules():
+    """Generic code reaches a task through its `Task` record (lopti.tasks.registry), so a task is added or removed
+    in lopti/tasks alone: K&K's embedded models, for one, come to lopti.models from its `TaskModels`."""
+    tasks = PACKAGE / "tasks"
+    own = {f"lopti.tasks.{folder.name}" for folder in tasks.iterdir() if (folder / "__init__.py").is_file()}
+    assert own >= {"lopti.tasks.kk", "lopti.tasks.math"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if tasks not in path.parents:
+            reached = sorted(m for m in imported_modules(path) if any(m == t or m.startswith(f"{t}.") for t in own))
+            assert not reached, f"{path.relative_to(PACKAGE.parent)} imports {reached}: use the task's record"
+
+
 def test_every_module_belongs_to_a_layer():
     top = {path.stem if path.is_file() else path.name for path in PACKAGE.iterdir() if not path.name.startswith("_")}
     top -= {"configs", "cli"}  # data, and the command line that may import everything

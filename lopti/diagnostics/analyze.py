@@ -21,16 +21,20 @@ from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_grad
 from lopti.diagnostics.probe import ProbeConfig, run_probe
 from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rollouts, split_groups
 from lopti.errors import check_number
+from lopti.models.embedded import model_task
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import TaskData, get_task, task_data_field
+from lopti.tasks.registry import DEFAULT_TASK, TaskData, get_task, task_data_field
+
+DEFAULT_MODEL = "tiny"
 
 
 @dataclass
 class AnalyzeConfig(ProbeConfig):
     """The batches to analyse (model, task prompts, rollout settings) and the probe's update settings."""
 
-    model: str = field(default="tiny", metadata={"help": MODEL_HELP})
-    task: str = task_data_field("task")
+    model: str = field(default=DEFAULT_MODEL, metadata={"help": MODEL_HELP})
+    # the default model is a task's own, trained on that task's text alone: its task is the default one here
+    task: str = task_data_field("task", default=model_task(DEFAULT_MODEL) or DEFAULT_TASK)
     people: str = task_data_field("people", default="2-3")
     levels: str = task_data_field("levels")
     template: str | None = task_data_field("template")
@@ -69,6 +73,8 @@ class AnalyzeConfig(ProbeConfig):
         check_number("temperature", self.temperature, above=0)
         check_number("max_completion_length", self.max_completion_length, low=1)
         check_number("batches", self.batches, low=1)
+        if not self.ar_alpha:  # none given, or a GRPO run's 0: the task's own, as `lopti compare` takes it
+            self.ar_alpha = get_task(self.task).ar_alpha
         self.check()
 
 

@@ -35,7 +35,6 @@ from transformers import Trainer
 from lopti.core.advantages import token_advantages
 from lopti.core.bound import logit_grad_norm
 from lopti.core.buckets import bucket_labels, probability_buckets
-from lopti.core.constants import AR_ALPHA_KK
 from lopti.core.credit import CreditStep
 from lopti.core.credit_presets import make_credit_steps
 from lopti.core.methods import parse_method
@@ -130,12 +129,12 @@ class Update:
 
 
 def method_update(method: str, advantages: torch.Tensor, config: ProbeConfig) -> Update:
-    """Return the update of a method name (`lopti.core.methods`) on `advantages`: AR with the config's α (the
-    paper's K&K α where it is 0), and the presets built as the trainer builds its `token_credit`, with the paper's
-    constants."""
+    """Return the update of a method name (`lopti.core.methods`) on `advantages`: AR with the config's α (which
+    `ProbeConfig.check` requires where a method has AR), and the presets built as the trainer builds its
+    `token_credit`, with the paper's constants."""
     spec = parse_method(method)
     credit = make_credit_steps(spec.token_credit, spec.token_credit_kwargs)
-    return Update(advantages, (config.ar_alpha or AR_ALPHA_KK) if spec.ar else 0.0, spec.lopti, credit)
+    return Update(advantages, config.ar_alpha if spec.ar else 0.0, spec.lopti, credit)
 
 
 def upper_clip(config: ProbeConfig) -> float:
@@ -315,14 +314,13 @@ def measure_batch(model, state, rollouts, pad_id, config: ProbeConfig, warm: dic
 
 
 def run_probe(
-    model, rollouts: Rollouts | list[Rollouts], pad_id: int, config: ProbeConfig | None = None,
-    warmup: list[Rollouts] | None = None,
+    model, rollouts: Rollouts | list[Rollouts], pad_id: int, config: ProbeConfig, warmup: list[Rollouts] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Return every measurement of the probe over one or more batches as a JSON-ready dict (module docstring).
 
-    `warmup` holds the other batches whose RL updates warm the "adamw_warm" regime's AdamW state.
+    `config` is required: AR's α depends on the task, which the rollouts do not name (`lopti analyze` passes its
+    task's). `warmup` holds the other batches whose RL updates warm the "adamw_warm" regime's AdamW state.
     """
-    config = config or ProbeConfig()
     config.check()
     batches = [rollouts] if isinstance(rollouts, Rollouts) else list(rollouts)
     warmup = list(warmup or [])

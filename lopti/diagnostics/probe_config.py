@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lopti.core.buckets import QUARTILES, check_edges
-from lopti.core.constants import AR_ALPHA_KK, EPS_HIGH, EPS_LOW, LOPTI_ETA
+from lopti.core.constants import EPS_HIGH, EPS_LOW, LOPTI_ETA
 from lopti.core.methods import PAPER_METHODS, parse_method
 
 OPTIMIZERS = ("sgd", "adamw", "adamw_warm")
@@ -58,11 +58,12 @@ class ProbeConfig:
         metadata={"help": "adamw_warm: RL updates of the same method, one per other batch, before the probed one."},
     )
     # the method settings, as LoptiGRPOConfig names them; `lopti analyze --config` takes a run's
-    ar_alpha: float = field(
-        default=AR_ALPHA_KK,
+    # no default of its own: the best α depends on the task, and the probe alone does not know the rollouts' task
+    ar_alpha: float | None = field(
+        default=None,
         metadata={
-            "help": "AR's α for the methods with AR (ar, ar+lopti, ...); 0 (a GRPO run's config) stands for the "
-            "paper's K&K α 0.3, as in lopti compare.",
+            "help": "AR's α for the methods with AR (ar, ar+lopti, ...); null, or 0 (a GRPO run's config): the "
+            "task's own (its Task record's ar_alpha), as in lopti compare.",
         },
     )
     lopti_eta: float = field(
@@ -137,7 +138,7 @@ class ProbeConfig:
             raise ValueError(
                 f"lr, adam_lr and micro_batch must be positive, got {self.lr}, {self.adam_lr} and {self.micro_batch}"
             )
-        if not 0.0 <= self.ar_alpha <= 1.0 or not 0.0 < self.lopti_eta < 1.0:
+        if not 0.0 <= (self.ar_alpha or 0.0) <= 1.0 or not 0.0 < self.lopti_eta < 1.0:
             raise ValueError(
                 f"ar_alpha must be in [0, 1] and lopti_eta in (0, 1), got {self.ar_alpha}, {self.lopti_eta}"
             )
@@ -149,3 +150,5 @@ class ProbeConfig:
             )
         if "adamw_warm" in self.optimizers and self.warmup_updates < 1:
             raise ValueError(f"optimizer adamw_warm needs warmup_updates ≥ 1, got {self.warmup_updates}")
+        if not self.ar_alpha and (uses_ar := [name for name in self.methods if parse_method(name).ar]):
+            raise ValueError(f"methods: {', '.join(uses_ar)} need ar_alpha above 0 (lopti analyze takes the task's)")

@@ -53,8 +53,8 @@ class CompareConfig:
             "help": "Methods to compare: grpo, ar, lopti, ar+lopti, a token-credit preset (stapo, entropy20, "
             "clip_cov, ...; docs/guides/token-credit.md), parts joined with '+' (ar+stapo), or Lopti's controls grpo2 "
             "(two passes per batch on every token) and lopti_random (a random split of Lopti's sizes; also "
-            "ar+lopti_random). A variant's presets replace the recipe's token_credit; the recipe's ar_alpha and "
-            "preset constants are kept."
+            "ar+lopti_random). A variant's presets replace the recipe's token_credit; the recipe's ar_alpha (where "
+            "it has none, or 0: the task's own) and preset constants are kept."
         },
     )
     seeds: list[int] = field(

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from lopti.core.constants import AR_ALPHA_KK
 from lopti.diagnostics.intervals import interval
 from lopti.experiments.compare_training import quality_paired_table, shares_table, training_table, variant_curves
 from lopti.experiments.machines import machines_section
@@ -37,7 +36,7 @@ from lopti.experiments.study import (
     malformed,
 )
 from lopti.run_folder import read_metrics, sampled_path
-from lopti.tasks.registry import TaskData, get_task
+from lopti.tasks.registry import task_of
 
 QUALITY_FAMILIES = ("correct_pos", "correct_neg", "dlogp_pos", "dlogp_neg")
 # training accuracy (batch mean of the task's accuracy reward) whose first reaching is counted, and over how
@@ -219,7 +218,8 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
     rows = curve_panels(metric_names)
     curves = plot_compare_curves(out, results, rows) if rows else None
     sampled = sampled_evaluations(out, results)
-    metric = get_task(base.get("task") or TaskData().task).accuracy_metric()
+    task = task_of(base)
+    metric = task.accuracy_metric()
     parts = [
         "# Comparison",
         "",
@@ -227,7 +227,7 @@ def write_compare_report(out: Path, results: dict[str, Any], command: str, base:
         "",
         *registered_section(out, results, sampled),
         f'Base estimator: {base.get("advantage_estimator") or "TRL default"}; "grpo" is the base without AR, '
-        f"Lopti or token-credit presets, the others add theirs (AR α = {base.get('ar_alpha') or AR_ALPHA_KK}); "
+        f"Lopti or token-credit presets, the others add theirs (AR α = {base.get('ar_alpha') or task.ar_alpha}); "
         "every variant sees "
         f"{base['max_steps'] // (int(base.get('num_iterations', 1)) if base.get('lopti') else 1)} generated batches.",
         "",

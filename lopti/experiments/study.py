@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.settings import resolve, split
-from lopti.core.constants import AR_ALPHA_KK  # AR's α when the base recipe has none
 from lopti.core.credit_presets import credit_problems
 from lopti.core.methods import MethodSpec, parse_method
 from lopti.experiments.jobs import Job
 from lopti.files import claim_folder, write_atomic
 from lopti.run_folder import last_complete_checkpoint, run_outputs
+from lopti.tasks.registry import task_of
 
 STUDY_FILE, THREADS_FILE, PLAN_FILE = "compare.json", "threads.json", "plan.json"
 BASE = "grpo"  # the variant every other is compared with, unless a registered plan names other comparisons
@@ -38,14 +38,15 @@ def _credit_constants(base: dict[str, Any], spec: MethodSpec) -> dict[str, dict[
 
 
 def variant_settings(base: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
-    """Return the settings of one run: the base recipe with the variant's method and the seed."""
+    """Return the settings of one run: the base recipe with the variant's method and the seed. A variant with AR
+    takes the recipe's α, or its task's own where the recipe has none (a GRPO recipe's 0)."""
     try:
         spec = parse_method(variant)
     except ValueError as error:
         raise ValueError(f"--variants: {error}") from None
     passes = int(base.get("num_iterations", 1)) if base.get("lopti") else 1
     batches, rhythm = int(base["max_steps"]) // passes, int(base.get("save_steps", 0)) // passes
-    alpha = float(base.get("ar_alpha") or AR_ALPHA_KK) if spec.ar else 0.0
+    alpha = float(base.get("ar_alpha") or task_of(base).ar_alpha) if spec.ar else 0.0
     settings = {
         **base,
         "ar_alpha": alpha,

@@ -1,2 +1,2 @@
-"""Model provisioning: 🤗 folders and hub ids, the embedded models and their cache (the tiny K&K models are built by
-lopti.tasks.kk.tiny and warm-started by lopti.tasks.kk.warmstart)."""
+"""Model provisioning: 🤗 folders and hub ids, the embedded models and their cache (a task's own models are built
+and warm-started by the code its `TaskModels` record names)."""

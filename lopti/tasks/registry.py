@@ -8,20 +8,20 @@ for the `lopti` command itself, an installed package's entry point in the group 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import entry_points
+from typing import Any
 
 from lopti.tasks.kk.task import KK
 from lopti.tasks.math.task import MATH
-from lopti.tasks.task import Task, TaskData, task_data_field
+from lopti.tasks.task import DEFAULT_TASK, Task, TaskData, TaskModels, task_data_field
 
 __all__ = [
-    "DEFAULT_TASK", "TASKS", "Task", "TaskData", "get_task", "register_installed_tasks", "register_task",
-    "task_data_field",
+    "DEFAULT_TASK", "TASKS", "Task", "TaskData", "TaskModels", "get_task", "register_installed_tasks",
+    "register_task", "task_data_field", "task_of",
 ]  # fmt: skip
 
 TASKS: dict[str, Task] = {}
-# the task `lopti train` and `lopti compare` take their recipe from when neither --task nor --config is given
-DEFAULT_TASK = "math"
 
 
 def register_task(task: Task) -> Task:
@@ -37,6 +37,12 @@ def get_task(name: str) -> Task:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     return TASKS[name]
+
+
+def task_of(settings: Mapping[str, Any]) -> Task:
+    """Return the task a run's settings (a recipe or config.yaml as a dict) name, `DEFAULT_TASK` where they name
+    none: as `lopti train` reads them, so that what a study or report says of a recipe holds for its runs."""
+    return get_task(settings.get("task") or DEFAULT_TASK)
 
 
 def register_installed_tasks() -> None:

@@ -9,13 +9,17 @@ a `lopti data` command and a default `lopti train` recipe. Nothing outside lopti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lopti.errors import UserError, check_number
 
 # the help of a `lopti data` command's seed
 SEED_HELP = "Seed of the generated data; the same seed and settings give identical files."
+# the task of settings that name none: TaskData's default, and what `lopti train` and `lopti compare` take their
+# recipe from when neither --task nor --config is given
+DEFAULT_TASK = "math"
 
 
 @dataclass
@@ -23,7 +27,8 @@ class TaskData:
     """Which prompts a task generates or reads: the settings that `lopti train`, `eval` and `analyze` share."""
 
     task: str = field(
-        default="kk", metadata={"help": "Task: 'kk' (Knights and Knaves), 'math', or one registered in lopti.tasks."}
+        default=DEFAULT_TASK,
+        metadata={"help": "Task: 'kk' (Knights and Knaves), 'math', or one registered in lopti.tasks."},
     )
     template: str | None = field(
         default=None, metadata={"help": "Prompt template; null: the task's own (kk: chatml-think, math: chat)."}
@@ -61,6 +66,20 @@ def task_data_field(name: str, **changes):
 
 
 @dataclass(frozen=True)
+class TaskModels:
+    """The embedded models a task builds from its own text: an untrained base model and its supervised warm
+    starts. The task says what they are; lopti.models names, builds, caches and ships them, so the model layer
+    needs no task's code (K&K's: lopti/tasks/kk/task.py)."""
+
+    base: str  # the untrained model's name
+    build_base: Callable[[Path], None]  # writes it (weights and tokenizer) to a folder, the same on every call
+    # each warm-started model's name -> the settings in which its warm start differs from `warm_start_settings()`
+    warm_started: Mapping[str, Mapping[str, object]]
+    warm_start_settings: Callable[[], object]  # the warm start's settings dataclass; its defaults: the shipped ones
+    warm_start: Callable[[Path, Path, object], object]  # (base folder, output folder, settings): writes the warm start
+
+
+@dataclass(frozen=True)
 class Task:
     """One task: its data, prompts, rewards and judge, and how its results are grouped and worded."""
 
@@ -71,6 +90,9 @@ class Task:
     rewards: tuple[str, ...]  # the reward names `make_reward` knows
     default_rewards: tuple[str, ...]  # what `rewards` is when a run gives none
     accuracy_reward: str  # the reward that says whether an answer is right; always logged
+    # AR's α where the settings give none (or 0: a GRPO recipe that `lopti compare` adds AR to): the value the
+    # paper, or the task's own study, found right for it, since the best α depends on the task
+    ar_alpha: float
     rows: Callable[[TaskData], tuple[list[dict], list[dict]]]  # (train, held-out) rows with a `prompt` each
     make_reward: Callable[..., Callable[..., list[float]]]  # (name, eos_token_id, pad_token_id) -> a TRL reward
     judge: Callable[[str, dict], tuple[bool, bool]]  # (answer with the prompt's prefill, row) -> (correct, formed)
@@ -82,6 +104,8 @@ class Task:
     data_keys: tuple[str, ...] | None = None
     # further row keys held-out results are broken down by, where a row has them (math: "operation")
     breakdown: tuple[str, ...] = ()
+    # the embedded models built from this task's own text, which lopti.models builds, caches and ships by name
+    models: TaskModels | None = None
 
     def accuracy_metric(self) -> str:
         """Return the metrics.jsonl key of the accuracy reward's batch mean (TRL logs a reward under its

@@ -116,7 +116,9 @@ def recipe_args(tmp_path):
 
 
 def test_the_model_card_names_base_model_method_settings_held_out_table_and_how_to_load(tmp_path, recipe_args):
-    run = RunConfig(model="org/base-model", people="3-4", rewards=["partial"], template="terse", train_puzzles=2000)
+    run = RunConfig(
+        model="org/base-model", task="kk", people="3-4", rewards=["partial"], template="terse", train_puzzles=2000
+    )
     (tmp_path / "eval_before.json").write_text(json.dumps(fake_eval_result({"3": [True] + [False] * 9})))
     (tmp_path / "eval_after.json").write_text(json.dumps(fake_eval_result({"3": [True] * 3 + [False] * 7})))
     card = write_model_card(tmp_path, run, get_task(run.task), recipe_args).read_text()
@@ -168,7 +170,7 @@ def hash_reward(completions, completion_ids, **kwargs):
 def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0]))
     settings = dict(
-        model=str(tiny_model_dir), template="compact", people="3", train_puzzles=16, eval_puzzles=2,
+        model=str(tiny_model_dir), task="kk", template="compact", people="3", train_puzzles=16, eval_puzzles=2,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
         save_strategy="steps", save_steps=2, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
         seed=0, lopti=True, num_iterations=2, ar_alpha=0.3, evaluate=True, eval_max_new_tokens=8,

@@ -112,7 +112,8 @@ def test_cli_bad_input_is_one_line(tiny_model_dir, tmp_path, capsys):
     for name in ("config.json", "model.safetensors"):
         shutil.copy(tiny_model_dir / name, no_tokenizer)
     assert main(["eval", "--model", str(no_tokenizer), "--out", str(tmp_path / "a")]) == 2
-    assert main(["eval", "--model", str(tiny_model_dir), "--people", "2-13", "--out", str(tmp_path / "b")]) == 2
+    kk = ["eval", "--model", str(tiny_model_dir), "--task", "kk"]
+    assert main([*kk, "--people", "2-13", "--out", str(tmp_path / "b")]) == 2
     assert main(["eval", "--model", str(tiny_model_dir), "--samples", "4", "--out", str(tmp_path / "c")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3
@@ -191,7 +192,8 @@ def judged(monkeypatch):
 
 def test_a_judge_that_raises_stops_the_evaluation_with_one_line(config, tmp_path, judged, capsys):
     judged(fragile_judge)
-    command = ["eval", "--model", config.model, "--people", "2-3", "--eval_puzzles", "3", "--template", "compact"]
+    command = ["eval", "--model", config.model, "--task", "kk", "--people", "2-3", "--eval_puzzles", "3"]
+    command += ["--template", "compact"]
     assert main([*command, "--eval_max_new_tokens", "8", "--out", str(tmp_path / "ev")]) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
     assert line.startswith("stopped: judge 'fragile_judge' raised KeyError: 'names' on completion '")

@@ -33,7 +33,7 @@ def hash_reward(completions, completion_ids, **kwargs):
 def settings(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0]))
     return dict(
-        model=str(tiny_model_dir), template="compact", people="3", train_puzzles=32, eval_puzzles=4,
+        model=str(tiny_model_dir), task="kk", template="compact", people="3", train_puzzles=32, eval_puzzles=4,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=16, max_steps=4,
         save_strategy="steps", save_steps=2, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
         learning_rate=1e-2, seed=0, lopti=True, num_iterations=2, ar_alpha=0.3, disable_tqdm=True,

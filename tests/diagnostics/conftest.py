@@ -11,7 +11,7 @@ from lopti.diagnostics.analyze import AnalyzeConfig, analyze
 def rollouts_file(tiny_model_dir, tmp_path):
     """Rollouts of the tiny model, with rewards replaced by varied ones (a random model earns none)."""
     config = AnalyzeConfig(
-        model=str(tiny_model_dir), people="2", template="compact", prompts=3, num_generations=4,
+        model=str(tiny_model_dir), task="kk", people="2", template="compact", prompts=3, num_generations=4,
         max_completion_length=6, methods=("grpo",), micro_batch=5,
     )  # fmt: skip
     analyze(config, tmp_path / "first")

@@ -41,7 +41,7 @@ def test_single_token_case_has_the_known_gradient_norm_and_correct_ratio():
     # w.r.t. the logits, of norm A/√2 (≈ 0.5).
     advantage = 0.5 / (math.sqrt(0.5) + 1e-6)
     rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], num_generations=2, temperature=1.0)
-    result = run_probe(LogitsOnly(4), rollouts, pad_id=3, config=ProbeConfig(lr=0.1))
+    result = run_probe(LogitsOnly(4), rollouts, pad_id=3, config=ProbeConfig(lr=0.1, ar_alpha=0.3))
     sgd = result["updates"]["sgd"]
     assert sgd["grpo"]["grad_norm"][0]["mean"] == pytest.approx(advantage / math.sqrt(2), rel=1e-12)
     assert result["token_share"] == {"[0.00,0.25)": 0.0, "[0.25,0.50)": 1.0, "[0.50,0.75)": 0.0, "[0.75,1.00]": 0.0}
@@ -133,7 +133,8 @@ def test_warm_adamw_carries_the_other_batches_moments():
 
 def test_correct_ratios_of_identical_batches_have_a_zero_width_interval():
     rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 0.0], num_generations=2, temperature=1.0)
-    result = run_probe(LogitsOnly(4), [rollouts] * 3, pad_id=3, config=ProbeConfig(lr=0.1, methods=("grpo", "ar")))
+    config = ProbeConfig(lr=0.1, methods=("grpo", "ar"), ar_alpha=0.3)
+    result = run_probe(LogitsOnly(4), [rollouts] * 3, pad_id=3, config=config)
     cell = result["updates"]["sgd"]["grpo"]["correct_ratio"]["all"]["negative"]
     assert cell == {"mean": 1.0, "low": 1.0, "high": 1.0, "batches": 3, "per_batch": [1.0, 1.0, 1.0]}
     assert result["updates"]["sgd"]["ar"]["minus_grpo"]["all"]["positive"] == {
@@ -147,7 +148,7 @@ def test_correct_ratios_of_identical_batches_have_a_zero_width_interval():
 
 def test_uniform_rewards_are_reported_not_crashed():
     rollouts = Rollouts([[0], [0]], [[1], [2]], [1.0, 1.0], num_generations=2, temperature=1.0)
-    result = run_probe(LogitsOnly(4), rollouts, pad_id=3)
+    result = run_probe(LogitsOnly(4), rollouts, pad_id=3, config=ProbeConfig(ar_alpha=0.3))
     assert result["updates"] is None
     assert any("all advantages are zero" in w for w in result["warnings"])
     json.dumps(result, allow_nan=False)
@@ -241,7 +242,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_batches_get_distinct_prompts_in_the_same_mix():
     # the task lists prompts size by size; dealt out in turn, each batch holds both sizes equally
-    rows = training_rows(AnalyzeConfig(people="3,4", template="terse", prompts=4), batches=3)
+    rows = training_rows(AnalyzeConfig(task="kk", people="3,4", template="terse", prompts=4), batches=3)
     assert [row["people"] for row in rows] == [3, 3, 4, 4] * 3
     assert len({str(row["prompt"]) for row in rows}) == 12
 

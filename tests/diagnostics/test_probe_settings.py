@@ -35,6 +35,10 @@ def test_bad_settings_are_named():
         ProbeConfig(ar_alpha=1.5).check()
     with pytest.raises(ValueError, match=r"dual_clip > 1 or null, got 0\.2, 0\.24 and 0\.5"):
         ProbeConfig(dual_clip=0.5).check()
+    # the probe alone does not know the rollouts' task, so it has no α of its own for AR
+    with pytest.raises(ValueError, match=r"methods: ar, ar\+lopti need ar_alpha above 0 \(lopti analyze takes"):
+        ProbeConfig(ar_alpha=0.0).check()
+    ProbeConfig(methods="grpo,lopti").check()
 
 
 def test_adamw_settings_come_from_the_recipe():
@@ -68,6 +72,8 @@ def test_method_settings_come_from_a_run_config_under_the_trainers_keys(tmp_path
     advantages = torch.ones(1, 1)
     assert probe.method_update("ar", advantages, config).alpha == 0.2
     assert probe.method_update("ar", advantages, replace(config, ar_alpha=0.0)).alpha == 0.3  # a GRPO run's 0
+    assert (AnalyzeConfig().task, AnalyzeConfig().ar_alpha) == ("kk", 0.3)  # the default model's task, and its α
+    assert AnalyzeConfig(task="math", ar_alpha=0.0).ar_alpha == 0.1
 
 
 def test_dual_clip_does_not_bind_in_the_probe_so_its_default_is_off(rollouts_file, tmp_path, monkeypatch):

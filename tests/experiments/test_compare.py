@@ -10,6 +10,7 @@ from lopti.cli import default_recipe, main
 from lopti.commands import train_run as run_module
 from lopti.experiments import compare
 from lopti.experiments.study import variant_settings
+from lopti.tasks.registry import DEFAULT_TASK, get_task
 
 
 def hash_reward(completions, completion_ids, **kwargs):
@@ -24,8 +25,10 @@ def test_variants_keep_the_number_of_rl_steps():
     assert (ar["max_steps"], ar["ar_alpha"], ar["lopti"]) == (40, 0.3, False)
     assert (lopti["max_steps"], lopti["num_iterations"], lopti["ar_alpha"], lopti["lopti"]) == (80, 2, 0.0, True)
     assert (both["max_steps"], both["ar_alpha"], both["seed"], both["evaluate"]) == (80, 0.3, 1, True)
-    plain = variant_settings({"max_steps": 30, "ar_alpha": 0.0}, "ar", 0)
-    assert plain["ar_alpha"] == 0.3 and plain["max_steps"] == 30
+    plain = variant_settings({"task": "kk", "max_steps": 30, "ar_alpha": 0.0}, "ar", 0)
+    assert plain["ar_alpha"] == 0.3 and plain["max_steps"] == 30  # a GRPO recipe's 0: its task's own α
+    assert variant_settings({"task": "math", "max_steps": 30}, "ar", 0)["ar_alpha"] == 0.1
+    assert variant_settings({"max_steps": 30}, "ar", 0)["ar_alpha"] == get_task(DEFAULT_TASK).ar_alpha
     with pytest.raises(ValueError, match="--variants: method 'ppo': unknown part 'ppo'"):
         variant_settings(base, "ppo", 0)
     assert "token_credit" not in grpo and "token_credit" not in both  # as before presets existed
@@ -145,7 +148,7 @@ def test_cli_takes_its_own_settings_and_gives_the_others_to_every_run(monkeypatc
 def recipe(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([hash_reward], [1.0]))
     settings = dict(
-        model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=16, eval_puzzles=2,
+        model=str(tiny_model_dir), task="kk", template="compact", people="2-3", train_puzzles=16, eval_puzzles=2,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=4,
         save_strategy="steps", save_steps=2, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
         learning_rate=1e-2, lopti=True, num_iterations=2, ar_alpha=0.3, disable_tqdm=True, eval_max_new_tokens=4,

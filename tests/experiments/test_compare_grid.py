@@ -162,7 +162,7 @@ def test_curves_gain_update_quality_panels_only_when_logged(tmp_path):
         "summary": {"lopti": {"seeds": 1, "all": [0.3, 0], "before": [0.1, 0]}},
         "group": "people",
     }
-    write_compare_report(tmp_path, results, "lopti compare", {"max_steps": 8})
+    write_compare_report(tmp_path, results, "lopti compare", {"max_steps": 8, "task": "kk"})
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 

@@ -63,7 +63,7 @@ def steps(run_dir: Path) -> list[int]:
 @pytest.mark.slow  # 6 tiny runs, each worker imports TRL: 18 min on 2 cores shared with other training
 def test_a_study_killed_mid_way_finishes_each_run_once_with_the_same_results(tiny_model_dir, tmp_path):
     settings = dict(
-        model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=8, eval_puzzles=2,
+        model=str(tiny_model_dir), task="kk", template="compact", people="2-3", train_puzzles=8, eval_puzzles=2,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=6,
         save_strategy="steps", save_steps=1, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
         learning_rate=1e-2, disable_tqdm=True, eval_max_new_tokens=4,

@@ -46,7 +46,7 @@ def test_two_workers_train_what_one_process_trains(tiny_model_dir, tmp_path):
     from lopti.experiments import compare
 
     settings = dict(
-        model=str(tiny_model_dir), template="compact", people="2-3", train_puzzles=8, eval_puzzles=2,
+        model=str(tiny_model_dir), task="kk", template="compact", people="2-3", train_puzzles=8, eval_puzzles=2,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=2,
         save_strategy="steps", save_steps=1, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
         learning_rate=1e-2, disable_tqdm=True, eval_max_new_tokens=4,

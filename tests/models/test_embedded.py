@@ -1,5 +1,6 @@
-"""The embedded-model cache: built once, reused, rebuilt when partial or corrupt saying why, clear when unwritable;
-an entry that is a file is refused before building, and the staging folders of killed builds are removed."""
+"""The embedded models: a task's own come from its record; the cache: built once, reused, rebuilt when partial or
+corrupt saying why, clear when unwritable; an entry that is a file is refused before building, and the staging
+folders of killed builds are removed."""
 
 import subprocess
 import sys
@@ -52,6 +53,18 @@ def test_cache_path_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
 def test_unknown_embedded_name():
     with pytest.raises(ValueError, match="unknown embedded model 'huge'"):
         embedded.embedded_model_path("huge")
+
+
+def test_a_tasks_own_models_are_the_ones_its_record_names():
+    from lopti.models.loading import EMBEDDED_MODELS
+    from lopti.tasks.registry import get_task
+
+    models = get_task("kk").models
+    assert [embedded.model_task(name) for name in ("tiny", "tiny-varied", "tiny-base")] == ["kk"] * 3
+    assert embedded.model_task("smollm2-135m") is None  # a general model: no task's own
+    assert set(embedded.WARM_STARTED) == set(models.warm_started)
+    assert embedded.BUILDERS["tiny-base"] is models.build_base
+    assert EMBEDDED_MODELS == ("tiny", "tiny-varied", "tiny-base", "smollm2-135m")  # as `--help` lists them
 
 
 def test_another_warm_start_is_another_cache_entry(monkeypatch):

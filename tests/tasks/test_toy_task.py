@@ -85,6 +85,7 @@ ADDITION = Task(
     rewards=("exact",),
     default_rewards=("exact",),
     accuracy_reward="exact",
+    ar_alpha=0.1,  # AR's α where a recipe gives none
     rows=addition_rows,
     make_reward=make_addition_reward,
     judge=addition_judge,

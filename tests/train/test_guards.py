@@ -110,7 +110,7 @@ def test_nonfinite_loss_drops_the_whole_update_and_is_counted(tiny_model_dir, kk
 def test_diverging_learning_rate_stops_before_any_save_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run_module, "task_rewards", lambda task, run, weights, tokenizer=None: ([id_reward], [1.0]))
     settings = dict(
-        model=str(tiny_model_dir), template="compact", people="3", train_puzzles=16, eval_puzzles=4,
+        model=str(tiny_model_dir), task="kk", template="compact", people="3", train_puzzles=16, eval_puzzles=4,
         num_generations=4, per_device_train_batch_size=4, max_completion_length=8, max_steps=3,
         save_strategy="steps", save_steps=1, logging_steps=1, use_cpu=True, bf16=False, report_to=[],
         learning_rate=1e6, lr_scheduler_type="constant", seed=0, disable_tqdm=True,

@@ -1,4 +1,5 @@
-"""The Knights-and-Knaves task: generated puzzles, the Logic-RL rewards, grouped by the number of people."""
+"""The Knights-and-Knaves task: generated puzzles, the Logic-RL rewards, grouped by the number of people; the
+embedded tiny models built from K&K text and warm-started on its puzzles."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from lopti.tasks.kk import rewards
 from lopti.tasks.kk.data import kk_records, write_kk
 from lopti.tasks.kk.prompts import trainer_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES
-from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, task_data_field
+from lopti.tasks.kk.tiny import build_tiny_base
+from lopti.tasks.kk.warmstart import WarmStartConfig, warm_start
+from lopti.tasks.task import SEED_HELP, Task, TaskData, TaskModels, check_puzzle_counts, task_data_field
 
 DEFAULT_TEMPLATE = "chatml-think"
 
@@ -71,6 +74,16 @@ class KKData:
         )  # fmt: skip
 
 
+# `tiny-base`, and its warm starts: `tiny` on traces in the plain form, `tiny-varied` on traces in the varied form,
+# whose free choices put the sampled tokens' probability shares near an LLM's (docs/results.md)
+TINY_MODELS = TaskModels(
+    base="tiny-base",
+    build_base=build_tiny_base,
+    warm_started={"tiny": {}, "tiny-varied": {"trace_form": "varied"}},
+    warm_start_settings=WarmStartConfig,
+    warm_start=warm_start,
+)
+
 KK = Task(
     name="kk",
     summary="Knights-and-Knaves puzzles as JSONL and Parquet",
@@ -79,6 +92,7 @@ KK = Task(
     rewards=tuple(rewards.SCORERS),
     default_rewards=("logic_rl",),
     accuracy_reward="accuracy",
+    ar_alpha=0.3,  # docs/paper.md §4, §7: AR's α on K&K with Lopti (0.2 alone)
     rows=kk_rows,
     make_reward=rewards.make_reward,
     judge=kk_judge,
@@ -86,4 +100,5 @@ KK = Task(
     data_settings=KKData,
     recipe="kk-tiny-cpu.yaml",
     data_keys=("people", "eval_people", "train_puzzles", "eval_puzzles", "data_seed", "fixed_names"),
+    models=TINY_MODELS,
 )

@@ -4,6 +4,7 @@ Qwen2-architecture model. Nothing is downloaded, so tests and the embedded defau
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from lopti.tasks.kk.generate import generate_puzzles
 from lopti.tasks.kk.prompts import TEMPLATES, puzzle_prompt
@@ -12,6 +13,7 @@ from lopti.tasks.kk.trace import render_trace
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]  # plain added tokens: decoding keeps them
+TINY_SHAPE = dict(hidden_size=256, layers=4, heads=4)  # ≈3.4 M parameters: see configs/kk-tiny-cpu.yaml
 TRACE_CORPUS_PEOPLE = 4  # traces of larger puzzles are long (2^n tries) and never trained on
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
@@ -90,3 +92,11 @@ def build_model(tokenizer, hidden_size: int = 64, layers: int = 2, heads: int = 
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def build_tiny_base(folder: Path) -> None:
+    """Write the untrained embedded model `tiny-base` and its tokenizer to `folder` (deterministic)."""
+    tokenizer = build_tokenizer(kk_corpus())
+    model = build_model(tokenizer, **TINY_SHAPE)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)

@@ -74,6 +74,7 @@ MATH = Task(
     rewards=tuple(reward.SCORERS),
     default_rewards=("math",),
     accuracy_reward="math",
+    ar_alpha=0.1,  # docs/paper.md §8: AR's α on math
     rows=math_rows,
     make_reward=reward.make_math_reward,
     judge=math_judge,
