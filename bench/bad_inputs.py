@@ -4,7 +4,7 @@ training, or be a value a user could mean and start training.
 Each case runs `lopti train` with the default recipe and the case's flags. A case still running after `--wait`
 seconds counts as accepted (it is then stopped); the others must have exited with status 2, one line on stderr
 and no traceback. The script prints one line per case, the accepted ones last, and exits with status 1 when a case
-ends in a traceback, in another exit status, or in more than one line. docs/guides/trl.md ("Values accepted at their
+ends in a traceback, in another exit status, or in more than one line. docs/guides/cli.md ("Values accepted at their
 edges") says why each accepted one is.
 
 Run: python bench/bad_inputs.py   (about 5 minutes on 2 cores)

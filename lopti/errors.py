@@ -61,8 +61,8 @@ def check_number(
     ):
         return
     bounds = [f"{sign} {bound}" for sign, bound in (("≥", low), (">", above), ("≤", high)) if bound is not None]
-    wanted = " and ".join(bounds) if number else "a number"
-    wanted = "a finite number" if number and not bounds else wanted
+    wanted = "a finite number " + " and ".join(bounds) if number and not math.isfinite(value) else " and ".join(bounds)
+    wanted = (wanted if bounds else "a finite number") if number else "a number"
     raise SettingError(key, f"{key} must be {wanted}{''.join(f' (or {v})' for v in allowed)}, got {value!r}")
 
 

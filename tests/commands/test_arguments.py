@@ -76,7 +76,7 @@ def test_a_value_out_of_its_bounds_is_refused_by_its_dataclass_naming_the_key():
     with pytest.raises(SettingError, match=r"^rate must be ≥ 0 and ≤ 0.5, got 0.7$") as error:
         parsed(["--target", "a", "--rate", "0.7"])
     assert error.value.key == "rate"
-    with pytest.raises(SettingError, match=r"rate must be ≥ 0 and ≤ 0\.5, got nan"):
+    with pytest.raises(SettingError, match=r"rate must be a finite number ≥ 0 and ≤ 0\.5, got nan"):
         parsed(["--target", "a", "--rate", "nan"])
 
 
