@@ -23,8 +23,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
 
 from lopti.cli import default_recipe
+from lopti.commands.held_out import EVAL_BATCH_SIZE
 from lopti.commands.settings import resolve, split
-from lopti.commands.train_run import EVAL_BATCH_SIZE, task_datasets
+from lopti.commands.train_run import task_datasets
 from lopti.cpu import decode, packing
 from lopti.evaluation.generation import generate
 from lopti.tasks.registry import get_task

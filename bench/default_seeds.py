@@ -22,7 +22,7 @@ from pathlib import Path
 from default_select import third_means
 
 from lopti.cli import main as lopti
-from lopti.commands.report import paired_interval, per_prompt
+from lopti.evaluation.scoring import paired_interval, per_prompt
 from lopti.experiments.statistics import paired_difference, smallest_p
 from lopti.files import write_atomic
 

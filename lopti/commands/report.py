@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.diagnostics.plots import plot_update_quality
-from lopti.evaluation.scoring import half_width, pass_at_k
+from lopti.evaluation.scoring import paired_interval, per_prompt
 from lopti.files import write_atomic
 from lopti.run_folder import read_metrics
 
@@ -141,36 +141,6 @@ def pass_table(before: dict[str, Any], after: dict[str, Any]) -> str:
         old = before["per_group"][size] if size != "all" else before["overall"]
         lines.append(f"| {size} | {100 * old[key]:.1f}% | {100 * stats[key]:.1f}% |")
     return "\n".join(lines)
-
-
-def per_prompt(result: dict[str, Any], measure: str) -> dict[Any, float] | None:
-    """Return {prompt id: value} of one measure of an evaluation's records ("accuracy", "pass@k", "length",
-    "format_error"), or None for an evaluation saved without its records."""
-    records = result.get("records")
-    if not records:
-        return None
-    values = {}
-    for record in records:
-        correct = record["correct"]
-        if measure == "accuracy":
-            values[record["id"]] = sum(correct) / len(correct)
-        elif measure.startswith("pass@"):
-            values[record["id"]] = pass_at_k(len(correct), sum(correct), int(measure[len("pass@") :]))
-        elif measure == "length":
-            values[record["id"]] = sum(record["length"]) / len(record["length"])
-        else:
-            values[record["id"]] = sum(not ok for ok in record["well_formed"]) / len(record["well_formed"])
-    return values
-
-
-def paired_interval(before: dict[Any, float], after: dict[Any, float], level: float = 0.95) -> tuple[float, float]:
-    """Return the `level` normal interval of the mean change after − before over the prompts both evaluated.
-
-    Paired by prompt, so the prompts' own difficulty cancels (`scoring.half_width`).
-    """
-    changes = [after[key] - before[key] for key in before.keys() & after.keys()]
-    mean, half = statistics.fmean(changes), half_width(changes, level)
-    return mean - half, mean + half
 
 
 def categories_of(result: dict[str, Any]) -> dict[str, dict[Any, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from lopti.commands.arguments import load_yaml
 from lopti.commands.settings import RunConfig, resolve, split
+from lopti.run_folder import checkpoint_step, last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
 
 RESUME_MAY_CHANGE = frozenset({"output_dir", "resume", "report_to", "logging_steps", "disable_tqdm", "log_level"})
@@ -64,3 +65,19 @@ def resumed_settings(config_file: str | Path | None, overrides: dict[str, Any]) 
     if not path.is_file():
         raise FileNotFoundError(f"--resume: {path} does not exist; is {given['output_dir']} a lopti run folder?")
     return {**load_yaml(path), **given}
+
+
+def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Path:
+    """Return the checkpoint to resume from, after checking the settings; name each checkpoint passed over."""
+    checkpoint = last_complete_checkpoint(run_dir, skipped=lambda folder, why: print(f"{folder.name} not used: {why}"))
+    if checkpoint is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint in {run_dir}")
+    check_resume_settings(run_dir, settings)
+    step = checkpoint_step(checkpoint)
+    if 0 < max_steps < step:
+        raise ValueError(
+            f"--resume: {checkpoint} is at step {step}, past max_steps {max_steps}; a run cannot be shortened"
+        )
+    ended = " (training had ended: only missing outputs are redone)" if step == max_steps else ""
+    print(f"resuming from {checkpoint.name}{ended}")
+    return checkpoint

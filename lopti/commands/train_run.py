@@ -12,11 +12,9 @@ ends with the same files.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,30 +24,23 @@ import yaml
 from datasets import Dataset
 
 from lopti.commands.callbacks import MetricsLog, StopAtMaxSteps, TrainingEnded, drop_metrics_after
-from lopti.commands.eval_cache import evaluation_key, remembered
+from lopti.commands.held_out import Training, held_out_eval, saved_eval
 from lopti.commands.lengths import check_lengths, check_one_batch
 from lopti.commands.model_card import LoptiModelCard, method_line, write_model_card
 from lopti.commands.provenance import code_version
 from lopti.commands.report import write_report
-from lopti.commands.resume import check_resume_settings
+from lopti.commands.resume import resume_point
 from lopti.commands.settings import RunConfig, split
 from lopti.console import rl_columns, use_lopti_console
-from lopti.cpu import evaluation_generation, hardware, precision_words, trainer_class
-from lopti.evaluation.scoring import evaluate_rows
-from lopti.evaluation.token_probabilities import answer_token_counts
+from lopti.cpu import hardware, precision_words, trainer_class
 from lopti.files import folder_lock, write_atomic
 from lopti.models.loading import load_model, load_tokenizer, resolve_model
-from lopti.run_folder import checkpoint_step, last_complete_checkpoint, run_outputs, sampled_path
+from lopti.run_folder import checkpoint_step, last_complete_checkpoint, run_outputs
 from lopti.tasks.registry import get_task
 from lopti.tasks.task import Task
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.engines import is_sharded
 from lopti.train.trainer import LoptiGRPOTrainer
-
-# Prompts per evaluation batch: the CPU fast path's loop drops rows as they end, so long batches cost little
-# more than short ones, and each batch pays once for the few rows that run to the budget (docs/performance.md
-# measures the held-out evaluation).
-EVAL_BATCH_SIZE = 512
 
 # How long the processes of a distributed launch wait for each other at its end. An unsharded run's first process
 # evaluates the held-out set alone after training, for as long as that takes, so the wait has no practical bound:
@@ -102,7 +93,6 @@ def end_together(trainer: LoptiGRPOTrainer, group: dist.ProcessGroup | None) -> 
 
 def task_datasets(task: Task, run: RunConfig):
     """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
-    from datasets import Dataset
 
     train_rows, eval_rows = task.rows(run)
     return Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
@@ -141,17 +131,6 @@ def peft_config(run: RunConfig):
     )
 
 
-@dataclass(frozen=True)
-class Training:
-    """A ready trainer with what `lopti train` evaluates it on: its task, the held-out rows, and the folder (or
-    embedded model's name) the weights before training come from."""
-
-    trainer: LoptiGRPOTrainer
-    task: Task
-    eval_rows: Dataset
-    model_path: str
-
-
 def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
     """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
@@ -181,94 +160,6 @@ def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) ->
     )
     use_lopti_console(trainer, "RL", rl_columns(task.accuracy_metric(), args.probability_buckets))
     return Training(trainer, task, evaluation, model_path)
-
-
-def held_out_eval(
-    training: Training, run: RunConfig, out: Path, seconds: dict, label: str, cache_key: str | None = None
-) -> dict:
-    """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
-
-    Greedy always (out); with eval_samples > 1 also sampled at eval_temperature (out with "_sampled"),
-    under "sampled" in the returned dict. `out` is written last, so its presence means both are saved.
-    With a `cache_key` (`eval_cache.evaluation_key`), an evaluation already made under it is reused.
-    """
-    started = time.time()
-    trainer, task, rows = training.trainer, training.task, list(training.eval_rows)
-    evaluate = functools.partial(
-        evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,
-        breakdown=task.breakdown, max_new_tokens=run.eval_max_new_tokens, batch_size=EVAL_BATCH_SIZE,
-        reward_errors=trainer.args.reward_errors, reward_timeout=trainer.args.reward_timeout,
-    )  # fmt: skip
-    sampled_rows = rows[: run.eval_sampled_prompts] if run.eval_sampled_prompts else rows
-
-    def compute() -> tuple[dict, dict | None]:
-        weights, generation = evaluation_generation(trainer)  # on the CPU trainer, the rollout's generation
-        count_tokens = None
-        if run.eval_token_probabilities:  # on the weights the answers were sampled with
-            count_tokens = functools.partial(
-                answer_token_counts, weights, trainer.processing_class, temperature=run.eval_temperature,
-                edges=trainer.args.probability_buckets,
-            )  # fmt: skip
-        with generation:
-            greedy = evaluate(rows=rows, description=f"{label}, greedy")
-            return greedy, evaluate(
-                rows=sampled_rows, samples=run.eval_samples, temperature=run.eval_temperature,
-                description=f"{label}, sampled", count_tokens=count_tokens,
-            ) if run.eval_samples > 1 else None  # fmt: skip
-
-    (result, sampled), reused = remembered(cache_key, compute)
-    message = f"{label}: held-out accuracy {100 * result['overall']['accuracy']:.1f}% greedy"
-    saving = trainer.is_world_process_zero()
-    if sampled is not None:
-        if saving:
-            write_atomic(sampled_path(out), json.dumps(sampled, indent=1))
-        subset = f", first {len(sampled_rows)} prompts" if len(sampled_rows) < len(rows) else ""
-        message += f", {100 * sampled['overall']['accuracy']:.1f}% sampled (T={run.eval_temperature}{subset})"
-    if saving:
-        write_atomic(out, json.dumps(result, indent=1))
-    if sampled is not None:
-        result = {**result, "sampled": sampled}
-    seconds[label] = time.time() - started
-    print(f"{message} on {len(rows)} prompts{' (saved by an earlier run of this model)' if reused else ''}")
-    return result
-
-
-def start_eval_key(training: Training, run: RunConfig) -> str | None:
-    """Return the cache key of the evaluation before training, when the model is a folder with a manifest."""
-    if run.lora_r > 0:
-        return None
-    trainer = training.trainer
-    settings = {
-        "task": run.task, "max_new_tokens": run.eval_max_new_tokens, "samples": run.eval_samples,
-        "temperature": run.eval_temperature, "sampled_prompts": run.eval_sampled_prompts,
-        "token_probabilities": list(trainer.args.probability_buckets) if run.eval_token_probabilities else None,
-        "batch_size": EVAL_BATCH_SIZE, "cpu_fast_path": run.cpu_fast_path, "bf16": trainer.args.bf16,
-        "sampling": "inverse-cdf",
-        "reward_errors": trainer.args.reward_errors, "reward_timeout": trainer.args.reward_timeout,
-    }  # fmt: skip
-    return evaluation_key(training.model_path, list(training.eval_rows), settings)
-
-
-def saved_eval(out: Path, run: RunConfig) -> dict:
-    """Return an evaluation that `held_out_eval` saved in an earlier, interrupted invocation of the run."""
-    result = json.loads(out.read_text())
-    return {**result, "sampled": json.loads(sampled_path(out).read_text())} if run.eval_samples > 1 else result
-
-
-def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Path:
-    """Return the checkpoint to resume from, after checking the settings; name each checkpoint passed over."""
-    checkpoint = last_complete_checkpoint(run_dir, skipped=lambda folder, why: print(f"{folder.name} not used: {why}"))
-    if checkpoint is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint in {run_dir}")
-    check_resume_settings(run_dir, settings)
-    step = checkpoint_step(checkpoint)
-    if 0 < max_steps < step:
-        raise ValueError(
-            f"--resume: {checkpoint} is at step {step}, past max_steps {max_steps}; a run cannot be shortened"
-        )
-    ended = " (training had ended: only missing outputs are redone)" if step == max_steps else ""
-    print(f"resuming from {checkpoint.name}{ended}")
-    return checkpoint
 
 
 def train(settings: dict[str, Any]) -> Path:
@@ -301,12 +192,8 @@ def _train_locked(
         seconds["train"] = json.loads((run_dir / "run.json").read_text())["train_seconds"]
     if not {"run.json", "eval_before.json", "eval_after.json"} & set(todo):  # nothing needs the model
         if main_process:
-            args = LoptiGRPOConfig(**trainer_kwargs)
-            if todo:
-                outputs = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
-                precision = precision_words(args.bf16, args.device.type == "cpu")
-                write_report(run_dir, *outputs, seconds, method_line(args), precision)
-            write_model_card(run_dir, run, task, args)
+            evaluations = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
+            write_outputs(run_dir, run, task, LoptiGRPOConfig(**trainer_kwargs), evaluations if todo else [], seconds)
         print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
         return run_dir
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
@@ -322,10 +209,11 @@ def _train_locked(
     main_process = trainer.is_world_process_zero()
     if main_process and not run.resume:
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(settings, sort_keys=True))
+    evaluations = []
     if run.evaluate:
         path = run_dir / "eval_before.json"
-        before = (
-            held_out_eval(training, run, path, seconds, "eval before", start_eval_key(training, run))
+        evaluations.append(
+            held_out_eval(training, run, path, seconds, "eval before", before_training=True)
             if path.name in todo
             else saved_eval(path, run)
         )
@@ -350,12 +238,20 @@ def _train_locked(
     # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes
     if run.evaluate and (main_process or is_sharded(trainer)):
         path = run_dir / "eval_after.json"
-        done = path.name not in todo
-        after = saved_eval(path, run) if done else held_out_eval(training, run, path, seconds, "eval after")
-        if main_process:
-            precision = precision_words(trainer.args.bf16, trainer.accelerator.device.type == "cpu")
-            write_report(run_dir, before, after, seconds, method_line(trainer.args), precision)
+        evaluations.append(
+            held_out_eval(training, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
+        )
     if main_process:
-        write_model_card(run_dir, run, task, trainer.args)
+        write_outputs(run_dir, run, task, trainer.args, evaluations, seconds)
     end_together(trainer, end_group)
     return run_dir
+
+
+def write_outputs(
+    run_dir: Path, run: RunConfig, task: Task, args: LoptiGRPOConfig, evaluations: list[dict], seconds: dict
+) -> None:
+    """Write report.md from the evaluations before and after training, when there are both, then the model card."""
+    if len(evaluations) == 2:
+        precision = precision_words(args.bf16, args.device.type == "cpu")
+        write_report(run_dir, *evaluations, seconds, method_line(args), precision)
+    write_model_card(run_dir, run, task, args)

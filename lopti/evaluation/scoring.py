@@ -167,6 +167,36 @@ def half_width(values: list[float], level: float = 0.95) -> float:
     return NormalDist().inv_cdf(0.5 + level / 2) * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def per_prompt(result: dict[str, Any], measure: str) -> dict[Any, float] | None:
+    """Return {prompt id: value} of one measure of an evaluation's records ("accuracy", "pass@k", "length",
+    "format_error"), or None for an evaluation saved without its records."""
+    records = result.get("records")
+    if not records:
+        return None
+    values = {}
+    for record in records:
+        correct = record["correct"]
+        if measure == "accuracy":
+            values[record["id"]] = sum(correct) / len(correct)
+        elif measure.startswith("pass@"):
+            values[record["id"]] = pass_at_k(len(correct), sum(correct), int(measure[len("pass@") :]))
+        elif measure == "length":
+            values[record["id"]] = sum(record["length"]) / len(record["length"])
+        else:
+            values[record["id"]] = sum(not ok for ok in record["well_formed"]) / len(record["well_formed"])
+    return values
+
+
+def paired_interval(before: dict[Any, float], after: dict[Any, float], level: float = 0.95) -> tuple[float, float]:
+    """Return the `level` normal interval of the mean change after − before over the prompts both evaluated.
+
+    Paired by prompt, so the prompts' own difficulty cancels (`half_width`).
+    """
+    changes = [after[key] - before[key] for key in before.keys() & after.keys()]
+    mean, half = statistics.fmean(changes), half_width(changes, level)
+    return mean - half, mean + half
+
+
 def metrics_by_value(records_by_value: dict[Any, list[dict[str, Any]]], samples: int) -> dict[str, dict[str, float]]:
     """Return `metrics` of each value's records, keyed by the value as text, in the values' order."""
     return {str(value): metrics(records, samples) for value, records in sorted(records_by_value.items())}

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from lopti import cli
 from lopti.cli import main
+from lopti.commands import held_out
 from lopti.commands import train_run as run_module
 from lopti.commands.callbacks import drop_metrics_after
 from lopti.commands.provenance import code_version
@@ -255,13 +256,13 @@ def test_only_tied_weights_leave_the_missing_keys(tiny_model_dir):
 
 def test_held_out_evaluation_takes_the_runs_reward_errors_and_reward_timeout(settings, monkeypatch):
     seen = []
-    evaluate = run_module.evaluate_rows
+    evaluate = held_out.evaluate_rows
 
     def recording(*args, **kwargs):
         seen.append((kwargs["reward_errors"], kwargs["reward_timeout"]))
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(run_module, "evaluate_rows", recording)
+    monkeypatch.setattr(held_out, "evaluate_rows", recording)
     settings = {**settings, "evaluate": True, "eval_max_new_tokens": 4, "max_steps": 2}
     train({**settings, "reward_errors": "skip", "reward_timeout": 30.0})
     assert seen == [("skip", 30.0)] * 2  # before and after; what the judge limits do: test_eval_run.py

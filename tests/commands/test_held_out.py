@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lopti.commands.eval_cache import evaluation_key, remembered
+from lopti.commands.held_out import evaluation_key, remembered
 from lopti.models import embedded
 
 
