@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
 
-from lopti.cli import default_recipe
 from lopti.commands.held_out import EVAL_BATCH_SIZE
-from lopti.commands.settings import resolve, split
+from lopti.commands.settings import default_recipe, resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.cpu import decode, packing
 from lopti.evaluation.generation import generate

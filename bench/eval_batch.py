@@ -16,8 +16,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lopti.cli import default_recipe
-from lopti.commands.settings import resolve, split
+from lopti.commands.settings import default_recipe, resolve, split
 from lopti.commands.train_run import task_datasets
 from lopti.cpu.packing import fast_generation
 from lopti.evaluation.scoring import evaluate_rows

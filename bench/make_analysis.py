@@ -18,8 +18,7 @@ import itertools
 import json
 from pathlib import Path
 
-from lopti.cli import RECIPES
-from lopti.commands.settings import from_run_config
+from lopti.commands.settings import RECIPES, from_run_config
 from lopti.diagnostics.analyze import AnalyzeConfig, analyze, interval_cell
 from lopti.diagnostics.plots import plot_correct_ratio, plot_delta_pi, plot_gradient_bounds
 

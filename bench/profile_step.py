@@ -26,9 +26,8 @@ import torch
 import yaml
 from transformers import TrainerCallback
 
-from lopti.cli import default_recipe
 from lopti.commands.arguments import SettingsLoader
-from lopti.commands.settings import resolve, split
+from lopti.commands.settings import default_recipe, resolve, split
 from lopti.commands.train_run import build_trainer
 from lopti.tasks.registry import get_task
 

@@ -26,40 +26,19 @@ from lopti.errors import (
     SettingError,
     Terminated,
     TrainingStopped,
-    UserError,
     check_output_folder,
     disk_full_message,
     peer_failure,
 )
 from lopti.extras import require
 
-RECIPES = Path(__file__).parent / "configs"
-
-
-def default_recipe(task_name: str | None = None) -> Path | None:
-    """Return the embedded recipe `lopti train` uses for a task (with no --task: `DEFAULT_TASK`'s) without --config;
-    None where the task has none (its field defaults are the settings)."""
-    from lopti.tasks.registry import DEFAULT_TASK, get_task
-
-    recipe = get_task(task_name or DEFAULT_TASK).recipe
-    return None if recipe is None else RECIPES / recipe
-
 
 def _train(args: argparse.Namespace) -> None:
-    from lopti.commands.resume import resumed_settings
-    from lopti.commands.settings import resolve
+    from lopti.commands.settings import train_settings
     from lopti.commands.train_run import train
     from lopti.cpu import with_cpu_precision
 
-    given = args.settings
-    config = Path(args.config) if args.config else default_recipe(given.get("task"))
-    # --resume: the run's own config.yaml, never the default recipe; train refuses changed settings
-    settings = resumed_settings(args.config, given) if given.get("resume") else resolve(config, given)
-    args.config = args.config or config  # where a refused value came from, when a flag did not give it
-    if "output_dir" not in settings and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise UserError("set --output_dir in a distributed launch: each process would name its own timestamped folder")
-    name = config.stem if config else settings.get("task", "run")
-    settings.setdefault("output_dir", str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    settings, args.config = train_settings(args.config, args.settings)  # the recipe: a refused value's source
     args.folder = settings["output_dir"]
     run_dir = train(with_cpu_precision(settings))
     if os.environ.get("RANK", "0") == "0":
@@ -98,6 +77,7 @@ def _analyze(args: argparse.Namespace) -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
+    from lopti.commands.settings import default_recipe
     from lopti.experiments.compare import CompareConfig, run_study
 
     study = CompareConfig(**{k: v for k, v in args.settings.items() if k in CompareConfig.__dataclass_fields__})

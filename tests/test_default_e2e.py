@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from lopti.cli import RECIPES, main
+from lopti.cli import main
+from lopti.commands.settings import RECIPES
 from lopti.models import embedded
 from lopti.tasks.kk.warmstart import WarmStartConfig
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.arguments import load_yaml
-from lopti.commands.settings import RunConfig, resolve, split
+from lopti.commands.settings import RunConfig, split
 from lopti.run_folder import checkpoint_step, last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
 
@@ -51,20 +51,6 @@ def check_resume_settings(run_dir: Path, settings: dict[str, Any]) -> None:
             f"--resume keeps the settings in {path}; these differ: {details}. "
             f"Only {', '.join(sorted(RESUME_MAY_CHANGE))} may change; start a new run for other settings"
         )
-
-
-def resumed_settings(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Return the settings of a run to resume: its config.yaml, then the recipe and overrides given.
-
-    The given ones are checked against config.yaml when training starts (`check_resume_settings`).
-    """
-    given = resolve(config_file, overrides)
-    if not given.get("output_dir"):
-        raise ValueError("--resume needs --output_dir, the run folder to continue")
-    path = Path(given["output_dir"]) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"--resume: {path} does not exist; is {given['output_dir']} a lopti run folder?")
-    return {**load_yaml(path), **given}
 
 
 def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,11 @@ from trl import TrlParser
 from lopti.commands.arguments import SettingsLayer, load_yaml
 from lopti.errors import SettingError, UserError, check_keys, check_number, check_output_folder
 from lopti.models.loading import MODEL_HELP
-from lopti.tasks.registry import TaskData, get_task
+from lopti.tasks.registry import DEFAULT_TASK, TaskData, get_task
 from lopti.tasks.task import Task, check_puzzle_counts
 from lopti.train.config import LoptiGRPOConfig
+
+RECIPES = Path(__file__).parents[1] / "configs"
 
 
 @dataclass
@@ -134,6 +138,45 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
     except SettingError as error:
         raise UserError(f"{sources.get(error.key, 'settings')}: {error}") from None
     return settings
+
+
+def default_recipe(task_name: str | None = None) -> Path | None:
+    """Return the embedded recipe `lopti train` uses for a task (with no --task: `DEFAULT_TASK`'s) without --config;
+    None where the task has none (its field defaults are the settings)."""
+    recipe = get_task(task_name or DEFAULT_TASK).recipe
+    return None if recipe is None else RECIPES / recipe
+
+
+def train_settings(config_file: str | Path | None, given: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """Return `lopti train`'s settings and the recipe they start from (--config, else the task's embedded one).
+
+    With --resume they are the run's config.yaml under the values given, never the default recipe's (`train` refuses
+    changed settings). Without output_dir, the run's folder is runs/RECIPE-TIME.
+    """
+    recipe = Path(config_file) if config_file else default_recipe(given.get("task"))
+    settings = resumed_settings(config_file, given) if given.get("resume") else resolve(recipe, given)
+    if "output_dir" not in settings:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise UserError(
+                "set --output_dir in a distributed launch: each process would name its own timestamped folder"
+            )
+        name = recipe.stem if recipe else settings.get("task", "run")
+        settings["output_dir"] = str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return settings, recipe
+
+
+def resumed_settings(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return the settings of a run to resume: its config.yaml, then the recipe and overrides given.
+
+    The given ones are checked against config.yaml when training starts (`resume.check_resume_settings`).
+    """
+    given = resolve(config_file, overrides)
+    if not given.get("output_dir"):
+        raise ValueError("--resume needs --output_dir, the run folder to continue")
+    path = Path(given["output_dir"]) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume: {path} does not exist; is {given['output_dir']} a lopti run folder?")
+    return {**load_yaml(path), **given}
 
 
 def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:

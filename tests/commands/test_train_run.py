@@ -11,9 +11,9 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from lopti import cli
 from lopti.cli import main
 from lopti.commands import held_out
+from lopti.commands import settings as settings_module
 from lopti.commands import train_run as run_module
 from lopti.commands.callbacks import drop_metrics_after
 from lopti.commands.provenance import code_version
@@ -191,7 +191,7 @@ def test_cli_resume_continues_with_the_runs_own_settings(settings, tmp_path, mon
     # a stand-in for the built-in recipe, which --resume must not use
     builtin = tmp_path / "builtin.yaml"
     builtin.write_text(yaml.safe_dump({**settings, "max_steps": 6, "output_dir": str(tmp_path / "other")}))
-    monkeypatch.setattr(cli, "default_recipe", lambda task_name=None: builtin)
+    monkeypatch.setattr(settings_module, "default_recipe", lambda task_name=None: builtin)
     resume = ["train", "--resume", "--output_dir", str(run_dir)]
     capsys.readouterr()
     assert main([*resume, "--learning_rate", "0.5"]) == 2

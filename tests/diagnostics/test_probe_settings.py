@@ -44,8 +44,7 @@ def test_bad_settings_are_named():
 def test_adamw_settings_come_from_the_recipe():
     # `lopti analyze --config RECIPE` takes the AdamW regimes' settings from the recipe (`ProbeConfig.RUN_KEYS`);
     # the defaults are the embedded recipe's, so that the two cannot drift apart
-    from lopti.cli import RECIPES
-    from lopti.commands.settings import from_run_config
+    from lopti.commands.settings import RECIPES, from_run_config
 
     adamw = ("adam_lr", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm")
     tiny = AnalyzeConfig(**from_run_config(RECIPES / "kk-tiny-cpu.yaml", AnalyzeConfig))

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lopti.cli import default_recipe, main
+from lopti.cli import main
 from lopti.commands import train_run as run_module
+from lopti.commands.settings import default_recipe
 from lopti.experiments import compare
 from lopti.experiments.study import variant_settings
 from lopti.tasks.registry import DEFAULT_TASK, get_task

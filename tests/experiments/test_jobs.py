@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lopti.cli import default_recipe
+from lopti.commands.settings import default_recipe
 from lopti.errors import TrainingStopped
 from lopti.experiments import compare, study
 from lopti.experiments.jobs import Job, run_jobs
