@@ -192,8 +192,9 @@ def _train_locked(
         seconds["train"] = json.loads((run_dir / "run.json").read_text())["train_seconds"]
     if not {"run.json", "eval_before.json", "eval_after.json"} & set(todo):  # nothing needs the model
         if main_process:
-            evaluations = [saved_eval(run_dir / name, run) for name in ("eval_before.json", "eval_after.json")]
-            write_outputs(run_dir, run, task, LoptiGRPOConfig(**trainer_kwargs), evaluations if todo else [], seconds)
+            saved = ("eval_before.json", "eval_after.json") if todo else ()  # todo: report.md, from the two
+            evaluations = [saved_eval(run_dir / name, run) for name in saved]
+            write_outputs(run_dir, run, task, LoptiGRPOConfig(**trainer_kwargs), evaluations, seconds)
         print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
         return run_dir
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook

@@ -184,6 +184,15 @@ def test_resuming_a_finished_run_trains_nothing_and_redoes_only_what_is_lost(set
     assert (run_dir / "eval_after.json").read_text() == eval_after and (run_dir / "report.md").is_file()
 
 
+def test_resuming_a_finished_run_without_evaluations_does_nothing(settings, capsys):
+    run_dir = train(settings)
+    finished = untouched(run_dir)
+    capsys.readouterr()
+    train({**settings, "resume": True})
+    assert "nothing left to do" in capsys.readouterr().out
+    assert untouched(run_dir) == finished and (run_dir / "README.md").is_file()
+
+
 def test_cli_resume_continues_with_the_runs_own_settings(settings, tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
     train_killed_at_step_3(settings, monkeypatch)
