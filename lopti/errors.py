@@ -61,8 +61,12 @@ def check_number(
     ):
         return
     bounds = [f"{sign} {bound}" for sign, bound in (("≥", low), (">", above), ("≤", high)) if bound is not None]
-    wanted = "a finite number " + " and ".join(bounds) if number and not math.isfinite(value) else " and ".join(bounds)
-    wanted = (wanted if bounds else "a finite number") if number else "a number"
+    if not number:
+        wanted = "a number"
+    elif not bounds:
+        wanted = "a finite number"
+    else:
+        wanted = ("" if math.isfinite(value) else "a finite number ") + " and ".join(bounds)
     raise SettingError(key, f"{key} must be {wanted}{''.join(f' (or {v})' for v in allowed)}, got {value!r}")
 
 
