@@ -159,7 +159,7 @@ def _imported(path: str) -> type:
 
 
 def _settings_classes(name: str) -> tuple[type, ...]:
-    """Return the settings dataclasses of command `name` ("train", "data kk", ...)."""
+    """Return the settings dataclasses of command `name` ("train", "data NAME", ...)."""
     if name.startswith("data "):
         from lopti.tasks.registry import get_task
 
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_parser(name: str) -> argparse.ArgumentParser:
-    """Return the parser of command `name` ("train", "data kk", ...): a flag per field of its settings dataclasses,
+    """Return the parser of command `name` ("train", "data NAME", ...): a flag per field of its settings dataclasses,
     and the files it reads or writes besides them (--config, --out)."""
     if name.startswith("data "):  # the base install runs it: no TRL
         from lopti.commands.arguments import DataParser as settings_parser

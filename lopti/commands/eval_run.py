@@ -98,8 +98,8 @@ def identity(config: EvalConfig) -> dict[str, Any]:
 
 
 def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
-    """Return the results as markdown tables: one line per group and one for all, then one table per breakdown key
-    (math: operation). Accuracy comes with its 95% interval over the prompts."""
+    """Return the results as markdown tables: one line per group and one for all, then one table per key of the
+    task's breakdown. Accuracy comes with its 95% interval over the prompts."""
     greedy = config.samples == 1 and config.temperature == 0
     decoding = "greedy" if greedy else f"{config.samples} samples at T={config.temperature}"
     pass_keys = [k for k in result["overall"] if k.startswith("pass@")]

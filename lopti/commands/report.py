@@ -117,7 +117,7 @@ def plot_gradient_share(metrics: list[dict[str, Any]], out: Path) -> Path | None
 
 
 def eval_table(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """Return a markdown table of held-out accuracy per group (people, level), before and after."""
+    """Return a markdown table of held-out accuracy per group (the task's `group`), before and after."""
     lines = [
         f"| {after['group']} | prompts | accuracy before | accuracy after | change | format errors after |",
         "|---|---|---|---|---|---|",
@@ -144,8 +144,8 @@ def pass_table(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def categories_of(result: dict[str, Any]) -> dict[str, dict[Any, Any]]:
-    """Return {category: {prompt id: its value}} of an evaluation's records: the group (people, level), then each
-    key of the task's breakdown (math: operation)."""
+    """Return {category: {prompt id: its value}} of an evaluation's records: the task's group, then each key
+    of its breakdown."""
     records = result.get("records") or []
     found = {result["group"]: {record["id"]: record["group"] for record in records}}
     for record in records:

@@ -3,7 +3,7 @@
 Library defaults that switch a method off (`ar_alpha=0`, `lopti=False`, `dual_clip=None` in
 `LoptiGRPOConfig`, so that it trains like TRL's GRPOTrainer) are not the paper's values; the recipes,
 `lopti compare` and the probe use these. AR's α depends on the task, so each task's record holds its own
-(`Task.ar_alpha`: K&K 0.3, §4, §7; math 0.1, §8).
+(`Task.ar_alpha`, from §4, §7 and §8).
 """
 
 LOPTI_ETA = 0.5  # §5: a token is low-probability when π_old < η

@@ -1,5 +1,5 @@
-"""Held-out scoring: judge generated answers, accuracy per group (people, level) and per category of the task's
-breakdown (math: operation), pass@k, format errors, length.
+"""Held-out scoring: judge generated answers, accuracy per group (the task's `group`) and per category of
+the task's `breakdown`, pass@k, format errors, length.
 
 A judge that raises on an answer or outlasts `reward_timeout` stops the evaluation with one line naming it, the
 exception and the answer (`lopti.bounded`, as for training rewards); with `reward_errors: skip` such an answer
@@ -215,7 +215,7 @@ def evaluate_rows(
     seed: int = 0,
     **options: Any,
 ) -> dict[str, Any]:
-    """Return metrics per value of `group` (e.g. people, level), per breakdown category and overall: `summarise` of
+    """Return metrics per value of `group` (the task's `group`), per breakdown category and overall: `summarise` of
     `judge_rows` (whose keyword-only settings `options` take), with the per-prompt records under "records" (for
     intervals paired by prompt)."""
     records = judge_rows(

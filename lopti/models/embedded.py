@@ -1,6 +1,6 @@
 """Embedded models, built or converted on first use and cached (no download, no model hub).
 
-- a task's own models (`TaskModels` in lopti/tasks/task.py; K&K's are `tiny-base`, `tiny` and `tiny-varied`):
+- a task's own models (`TaskModels` in lopti/tasks/task.py, e.g. `tiny-base`, `tiny` and `tiny-varied`):
   an untrained base model the task builds from its text, and its supervised warm starts. The shipped warm starts
   live in lopti/models/shipped/ (made by bench/warm_start.py: 26 and 37 minutes of SFT on 2 CPU cores), so a
   first run spends its time on RL; a warm start with other settings (tests use small ones) is built and cached on

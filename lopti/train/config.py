@@ -34,7 +34,7 @@ class LoptiGRPOConfig(GRPOConfig):
         default=0.0,
         metadata={
             "help": "Advantage Reweighting α in [0, 1]: each token's advantage is scaled by α·π_old + (1 − α). "
-            "0 disables it. The paper uses 0.3 (K&K with Lopti), 0.2 (K&K alone) and 0.1 (math)."
+            "0 disables it. The paper's value depends on the task: each task's `ar_alpha` (docs/paper.md §4, §8)."
         },
     )
     lopti: bool = field(

@@ -29,7 +29,7 @@ class ARPolicyLossConfig(PolicyLossConfig):
     """verl's `PolicyLossConfig` plus AR's α; every verl field keeps its meaning.
 
     ar_alpha (float): α in [0, 1]; each token's advantage is scaled by α·π_old + (1 − α). 0 gives verl's
-        vanilla loss exactly. The paper uses 0.3 (K&K with Lopti), 0.2 (K&K alone), 0.1 (math).
+        vanilla loss exactly. The paper's value depends on the task: each lopti task's `ar_alpha`.
     """
 
     loss_mode: str = LOSS_MODE
