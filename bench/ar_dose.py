@@ -175,9 +175,9 @@ def slope_lines(arm: str, response: DoseResponse) -> list[str]:
 def checks_table(records: list[dict]) -> list[str]:
     """Return the manipulation checks per arm and α, as means over the runs (ranges for AR's weights)."""
     lines = [
-        "| arm | α | runs | AR weight min / mean / max | grad share π<0.25 plain → reweighted | clipped steps | "
+        "| arm, α | runs | AR weight min / mean / max | grad share π<0.25 plain → reweighted | clipped steps | "
         "held-out tokens π<0.25 before → after | sampled before → after |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm, (_, alphas) in ARMS.items():
         for alpha in alphas:
@@ -190,7 +190,7 @@ def checks_table(records: list[dict]) -> list[str]:
 
             held = [statistics.fmean(r[f"held_out_token_shares_{w}"][LOW] for r in mine) for w in ("before", "after")]
             lines.append(
-                f"| {arm} | {alpha:g} | {len(mine)} | {min(r['ar_weight_min'] for r in mine):.3f} / "
+                f"| {arm}, α {alpha:g} | {len(mine)} | {min(r['ar_weight_min'] for r in mine):.3f} / "
                 f"{mean('ar_weight_mean'):.3f} / {max(r['ar_weight_max'] for r in mine):.3f} | "
                 f"{100 * mean('grad_share_low_plain'):.1f}% → {100 * mean('grad_share_low_reweighted'):.1f}% | "
                 f"{100 * mean('clipped_steps'):.0f}% | {100 * held[0]:.1f}% → {100 * held[1]:.1f}% | "

@@ -13,13 +13,19 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "ar_dose.py"
 LOW = "[0.00,0.25)"
 
 
-@pytest.fixture
-def ar_dose(tmp_path, monkeypatch):
+def load_script():
+    """Return bench/ar_dose.py as a module, its OUT the committed records' folder."""
     sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("ar_dose", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+@pytest.fixture
+def ar_dose(tmp_path, monkeypatch):
+    module = load_script()
     monkeypatch.setattr(module, "OUT", tmp_path)
     monkeypatch.setattr(module, "SEEDS", (1, 2, 3))
     return module
@@ -99,3 +105,11 @@ def test_a_seed_missing_a_dose_is_left_out_of_the_slope(ar_dose):
             if (seed, alpha) != (2, 0.6):
                 write_run(ar_dose, "norm1", alpha, seed, [[True, False]] * 4, norms=[0.5])
     assert "norm1, 1 seeds with every α" in ar_dose.analyse()
+
+
+def test_the_committed_results_are_the_analysis_of_the_committed_runs(monkeypatch):
+    """results/ar-dose/results.md and summary.json are what the analysis makes of the committed run records now."""
+    module, written = load_script(), {}
+    monkeypatch.setattr(module, "write_atomic", lambda path, text: written.__setitem__(Path(path).name, text))
+    assert module.analyse() == (module.OUT / "results.md").read_text()
+    assert json.loads(written["summary.json"]) == json.loads((module.OUT / "summary.json").read_text())
