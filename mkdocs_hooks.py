@@ -66,7 +66,7 @@ def settings_tables(command: str, seen: set[str]) -> str:
             for item in declared:
                 default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
                 lines.append(
-                    f"| `{item.name}` | `{_cell(item.type)}` | {_shown(default)} | "
+                    f"| `{item.name}` | `{_cell(getattr(item.type, '__name__', item.type))}` | {_shown(default)} | "
                     f"{_cell(item.metadata.get('help', ''))} |"
                 )
             lines.append("")

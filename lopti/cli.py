@@ -48,11 +48,11 @@ def _train(args: argparse.Namespace) -> None:
 def _from_config(args: argparse.Namespace, schema: type) -> Any:
     """Return the settings of `schema` from its defaults, then --config (a recipe or run config.yaml), then flags."""
     from lopti.commands.settings import from_run_config
-    from lopti.tasks.registry import get_task
+    from lopti.tasks.registry import check_data_keys, get_task
 
     from_file = from_run_config(args.config, schema) if args.config else {}
     (config,) = args.parser.build(from_file | args.settings)
-    get_task(config.task).check_keys(dict.fromkeys(args.settings, "command line"))
+    check_data_keys(get_task(config.task), dict.fromkeys(args.settings, "command line"))
     return config
 
 

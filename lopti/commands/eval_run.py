@@ -9,7 +9,7 @@ another `lopti eval` is writing is refused too (`folder_lock`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -19,14 +19,15 @@ from lopti.evaluation.generation import load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
 from lopti.files import check_folder, claim_folder, folder_lock, write_atomic
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import TaskData, get_task
+from lopti.tasks.registry import TASKS, TaskSettings, get_task
 
-TRAINING_ONLY = ("train_puzzles", "train_file")  # TaskData keys that leave the held-out set as it is
+# the data settings that choose the training prompts alone: the held-out set is the same whatever their values
+TRAINING_ONLY = frozenset(key for task in TASKS.values() for key in task.data.training_only)
 
 
 @dataclass(kw_only=True)
-class EvalConfig(TaskData):
-    """What to evaluate and how to decode; the held-out set is TaskData's, built as `lopti train` builds it.
+class EvalConfig(TaskSettings):
+    """What to evaluate and how to decode; the held-out set is the task data's, built as `lopti train` builds it.
 
     `RUN_KEYS`: the settings --config takes from a run's own (a recipe or config.yaml).
     """
@@ -84,12 +85,10 @@ def default_folder(config: EvalConfig) -> Path:
 def held_out_rows(config: EvalConfig) -> list[dict[str, Any]]:
     """Return the held-out rows of the task, exactly as `lopti train` builds its evaluation set.
 
-    That is the task's second split of the same TaskData. Each split has its own random stream, so no
-    training prompt needs generating; a held-out file stands in for the training file that the math
-    task wants next to it.
+    That is the task's second split of the same task data. Each split has its own random stream, so no
+    training prompt needs generating (`TaskData.held_out_only`).
     """
-    data = replace(config, train_puzzles=0, train_file=config.eval_file)
-    return get_task(config.task).rows(data)[1]
+    return get_task(config.task).rows(config.task_data().held_out_only())[1]
 
 
 def identity(config: EvalConfig) -> dict[str, Any]:
@@ -164,7 +163,7 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
     out = check_output_folder(out, "--out")
     _check_folder(out, config)
     task = get_task(config.task)
-    rows = held_out_rows(config)  # checks people/levels/template/file before any model is loaded
+    rows = held_out_rows(config)  # checks the task data before any model is loaded
     model_path = resolve_model(config.model)
     tokenizer = load_tokenizer(model_path)
     check_lengths(

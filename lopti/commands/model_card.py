@@ -63,7 +63,7 @@ def is_hub_id(model: str) -> bool:
 
 def task_words(run: RunConfig, task: Task) -> str:
     """Return the task and its data in one line."""
-    data = task.describe_data(run)
+    data = task.describe_data(run.task_data())
     return f"{run.task} ({data}; template `{task.prompt_template(run)}`; rewards {', '.join(run.reward_names(task))})"
 
 

@@ -20,7 +20,7 @@ from trl import TrlParser
 from lopti.commands.arguments import SettingsLayer, load_yaml
 from lopti.errors import SettingError, UserError, check_keys, check_number, check_output_folder
 from lopti.models.loading import MODEL_HELP
-from lopti.tasks.registry import DEFAULT_TASK, TaskData, get_task
+from lopti.tasks.registry import DEFAULT_TASK, TaskSettings, check_data_keys, get_task
 from lopti.tasks.task import Task, check_puzzle_counts
 from lopti.train.config import LoptiGRPOConfig
 
@@ -28,8 +28,8 @@ RECIPES = Path(__file__).parents[1] / "configs"
 
 
 @dataclass
-class RunConfig(TaskData):
-    """What to train: model, task data (`TaskData`), rewards, LoRA, resume and the held-out evaluation."""
+class RunConfig(TaskSettings):
+    """What to train: model, task data (`TaskSettings`), rewards, LoRA, resume and the held-out evaluation."""
 
     model: str = field(default="tiny", metadata={"help": MODEL_HELP})
     cpu_fast_path: bool = field(
@@ -131,7 +131,7 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
     check_keys(overrides, train_keys(), "command line")
     settings |= overrides
     sources |= dict.fromkeys(overrides, "command line")
-    get_task(settings.get("task", RunConfig.task)).check_keys(sources)
+    check_data_keys(get_task(settings.get("task", RunConfig.task)), sources)
     try:
         split(settings)
         LoptiGRPOConfig.check_trl_bounds(settings)
@@ -200,7 +200,7 @@ def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
 
 def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
     """Raise a ValueError for settings that are each valid but cannot work together or here, before any compute."""
-    if run.evaluate and run.eval_puzzles < 1 and not run.eval_file:
+    if run.evaluate and not run.task_data().has_held_out():
         raise UserError(f"evaluate: true needs held-out prompts, but eval_puzzles is {run.eval_puzzles}")
     if "output_dir" in trainer_kwargs:
         check_output_folder(trainer_kwargs["output_dir"], "output_dir")

@@ -94,7 +94,7 @@ def end_together(trainer: LoptiGRPOTrainer, group: dist.ProcessGroup | None) -> 
 def task_datasets(task: Task, run: RunConfig):
     """Return (train, held-out) 🤗 datasets of the run's task, prompts in the trainer's format."""
 
-    train_rows, eval_rows = task.rows(run)
+    train_rows, eval_rows = task.rows(run.task_data())
     return Dataset.from_list(train_rows), Dataset.from_list(eval_rows)
 
 

@@ -23,7 +23,7 @@ from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rol
 from lopti.errors import check_number
 from lopti.models.embedded import model_task
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import DEFAULT_TASK, TaskData, get_task, task_data_field
+from lopti.tasks.registry import DEFAULT_TASK, data_keys, get_task, task_data_field
 
 DEFAULT_MODEL = "tiny"
 
@@ -86,15 +86,10 @@ def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
     """
     task = get_task(config.task)
     count = config.prompts * batches
-    data = TaskData(
-        task=config.task,
-        people=config.people,
-        levels=config.levels,
-        template=config.template or task.default_template,
-        fixed_names=config.fixed_names,
-        data_seed=config.data_seed,
-        train_puzzles=count,  # per size or level; spread over them below
-        eval_puzzles=1,
+    settings = {item.name: getattr(config, item.name) for item in fields(config) if item.name in data_keys()}
+    # `count` per group of the task: dealt out below
+    data = task.own_data(
+        settings | {"template": task.prompt_template(config), "train_puzzles": count, "eval_puzzles": 1}
     )
     rows = task.rows(data)[0]
     rows = rows[:: max(1, len(rows) // count)][:count]  # the task gives `count` per size or level

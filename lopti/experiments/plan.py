@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,10 @@ from lopti.errors import UserError
 from lopti.experiments.statistics import BOOTSTRAP_RESAMPLES, EXACT_SEEDS, LEVEL
 from lopti.experiments.study import BASE, COLLAPSE_FORMAT_ERROR, PLAN_FILE
 from lopti.files import write_atomic
-from lopti.tasks.registry import TaskData
+from lopti.tasks.registry import data_keys
 
 METRICS = ("greedy", "sampled", "pass@k")  # held-out accuracy greedy, sampled avg@k, or sampled pass@k
-DATA_KEYS = frozenset(f.name for f in fields(TaskData))  # the recipe keys that choose the prompts
+DATA_KEYS = frozenset(data_keys())  # the recipe keys that choose the prompts
 TEST = (
     "exact two-sided sign-flip permutation test of the mean paired difference (variant − base, same seed), all 2^n "
     f"sign patterns up to {EXACT_SEEDS} seeds"

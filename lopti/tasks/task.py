@@ -4,16 +4,18 @@ A task (lopti/tasks/kk, lopti/tasks/math, or one of your own, added with `lopti.
 turns `TaskData` settings into (train, held-out) rows whose `prompt` is what the trainer feeds the model, names
 its reward functions, judges one evaluation answer as (correct, well formed), says how its results are grouped
 (K&K: by number of people; math: by level, then by operation) and how its data reads in a model card, and may bring
-a `lopti data` command and a default `lopti train` recipe. Nothing outside lopti/tasks names a task.
+its own data settings, a `lopti data` command and a default `lopti train` recipe. Nothing outside lopti/tasks names
+a task or one of its own settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, ClassVar, Self
 
-from lopti.errors import UserError, check_number
+from lopti.errors import check_number
 
 # the help of a `lopti data` command's seed
 SEED_HELP = "Seed of the generated data; the same seed and settings give identical files."
@@ -24,31 +26,28 @@ DEFAULT_TASK = "math"
 
 @dataclass
 class TaskData:
-    """Which prompts a task generates or reads: the settings that `lopti train`, `eval` and `analyze` share."""
+    """Which prompts a task generates or reads: the data settings every task has. A task's own (its sizes, levels or
+    files) are those of a subclass, its `Task.data`, which `lopti train`, `eval` and `analyze` take as flags
+    (`lopti.tasks.registry.TaskSettings`)."""
 
-    task: str = field(
-        default=DEFAULT_TASK,
-        metadata={"help": "Task: 'kk' (Knights and Knaves), 'math', or one registered in lopti.tasks."},
-    )
-    template: str | None = field(
-        default=None, metadata={"help": "Prompt template; null: the task's own (kk: chatml-think, math: chat)."}
-    )
-    people: str = field(default="3-7", metadata={"help": "K&K sizes to train on: 5, 3-7 or 2,4,6."})
-    levels: str = field(default="1-3", metadata={"help": "Math: levels of the generated problems, 1-5."})
-    train_file: str | None = field(
-        default=None, metadata={"help": "Math: training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
-    )
-    eval_file: str | None = field(default=None, metadata={"help": "Math: held-out file, same formats."})
-    train_puzzles: int = field(default=900, metadata={"help": "Generated training prompts per K&K size / math level."})
-    eval_people: str | None = field(default=None, metadata={"help": "K&K sizes to evaluate on; null: people."})
-    eval_puzzles: int = field(default=100, metadata={"help": "Generated held-out prompts per K&K size / math level."})
+    task: str = field(default=DEFAULT_TASK, metadata={"help": "Task: one that lopti.tasks.registry knows."})
+    template: str | None = field(default=None, metadata={"help": "Prompt template; null: the task's own."})
+    train_puzzles: int = field(default=900, metadata={"help": "Generated training prompts per group of the task."})
+    eval_puzzles: int = field(default=100, metadata={"help": "Generated held-out prompts per group of the task."})
     data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
-    fixed_names: bool = field(
-        default=False, metadata={"help": "K&K: person k always has the k-th name (for tiny models)."}
-    )
+    # the keys that choose the training prompts alone: a held-out set is the same whatever their values
+    training_only: ClassVar[tuple[str, ...]] = ("train_puzzles",)
 
     def __post_init__(self) -> None:
         check_puzzle_counts(self, fewest_train=0)  # `lopti eval` builds the held-out split alone
+
+    def held_out_only(self) -> Self:
+        """Return these settings with no training prompts: the held-out split alone, as `lopti eval` builds it."""
+        return replace(self, train_puzzles=0)
+
+    def has_held_out(self) -> bool:
+        """Return whether these settings give any held-out prompt."""
+        return self.eval_puzzles > 0
 
 
 def check_puzzle_counts(data: object, fewest_train: int = 1) -> None:
@@ -58,11 +57,11 @@ def check_puzzle_counts(data: object, fewest_train: int = 1) -> None:
     check_number("eval_puzzles", data.eval_puzzles, low=0)
 
 
-def task_data_field(name: str, **changes):
-    """Return a dataclass field like TaskData's `name` (its default and help) unless `changes` say otherwise:
-    for settings that take only some of the task data keys, without a second copy of their defaults."""
-    source = TaskData.__dataclass_fields__[name]
-    return field(**{"default": source.default, "metadata": source.metadata, **changes})
+def data_field(source: type, name: str, **changes):
+    """Return a dataclass field like the dataclass `source`'s `name` (its default and help) unless `changes` say
+    otherwise: for settings that take only some of a task's data keys, without a second copy of their defaults."""
+    origin = source.__dataclass_fields__[name]
+    return field(**{"default": origin.default, "metadata": origin.metadata, **changes})
 
 
 @dataclass(frozen=True)
@@ -93,15 +92,14 @@ class Task:
     # AR's α where the settings give none (or 0: a GRPO recipe that `lopti compare` adds AR to): the value the
     # paper, or the task's own study, found right for it, since the best α depends on the task
     ar_alpha: float
-    rows: Callable[[TaskData], tuple[list[dict], list[dict]]]  # (train, held-out) rows with a `prompt` each
+    rows: Callable[[TaskData], tuple[list[dict], list[dict]]]  # (train, held-out) rows of a `data`, each a `prompt`
     make_reward: Callable[..., Callable[..., list[float]]]  # (name, eos_token_id, pad_token_id) -> a TRL reward
     judge: Callable[[str, dict], tuple[bool, bool]]  # (answer with the prompt's prefill, row) -> (correct, formed)
-    describe_data: Callable[[TaskData], str]  # the data in a few words, for the model card
+    describe_data: Callable[[TaskData], str]  # a `data` in a few words, for the model card
     data_settings: type | None = None  # `lopti data NAME`'s dataclass: its fields are the flags, `.write()` -> paths
     recipe: str | None = None  # `lopti train --task NAME`'s recipe, a file in lopti/configs; None: field defaults
-    # the TaskData keys `rows` reads besides task and template; a setting given for one it does not read is refused
-    # (a K&K `people` on a math run would otherwise change nothing, silently). None: it may read every key
-    data_keys: tuple[str, ...] | None = None
+    # the task's data settings: TaskData's and its own, which `rows` and `describe_data` read
+    data: type[TaskData] = TaskData
     # further row keys held-out results are broken down by, where a row has them (math: "operation")
     breakdown: tuple[str, ...] = ()
     # the embedded models built from this task's own text, which lopti.models builds, caches and ships by name
@@ -116,18 +114,7 @@ class Task:
         """Return the template `data`'s prompts take: its `template`, or this task's default one."""
         return data.template or self.default_template
 
-    def unread_keys(self, keys: Iterable[str]) -> list[str]:
-        """Return those of `keys` that are TaskData settings this task's data does not read."""
-        if self.data_keys is None:
-            return []
-        read = {"task", "template", *self.data_keys}
-        return [key for key in keys if key in TaskData.__dataclass_fields__ and key not in read]
-
-    def check_keys(self, sources: dict[str, str]) -> None:
-        """Refuse, in one line naming its source, a given setting (key -> file or "command line") this task's
-        data does not read: it would change nothing."""
-        if unread := self.unread_keys(sources):
-            raise UserError(
-                f"{sources[unread[0]]}: {unread[0]} is a data setting the {self.name} task does not read; its own "
-                f"are {', '.join(self.data_keys)}"
-            )
+    def own_data(self, settings: Mapping[str, Any]) -> TaskData:
+        """Return this task's data settings (a `data`) from `settings`, each key it has not at its default."""
+        keys = {item.name for item in fields(self.data) if item.init}
+        return self.data(**{key: value for key, value in settings.items() if key in keys} | {"task": self.name})

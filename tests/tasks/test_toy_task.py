@@ -14,7 +14,8 @@ import pytest
 from lopti.cli import main
 from lopti.tasks import registry
 from lopti.tasks.completions import completion_text
-from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, task_data_field
+from lopti.tasks.registry import task_data_field
+from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts
 
 
 def addition_rows(data: TaskData) -> tuple[list[dict], list[dict]]:

@@ -13,12 +13,21 @@ from lopti.tasks.kk.prompts import trainer_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES
 from lopti.tasks.kk.tiny import build_tiny_base
 from lopti.tasks.kk.warmstart import WarmStartConfig, warm_start
-from lopti.tasks.task import SEED_HELP, Task, TaskData, TaskModels, check_puzzle_counts, task_data_field
+from lopti.tasks.task import SEED_HELP, Task, TaskData, TaskModels, check_puzzle_counts, data_field
 
 DEFAULT_TEMPLATE = "chatml-think"
 
 
-def kk_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
+@dataclass
+class KKTaskData(TaskData):
+    """Which puzzles a run trains and is evaluated on: TaskData's settings, and the puzzles' sizes and names."""
+
+    people: str = field(default="3-7", metadata={"help": "Sizes (people per puzzle) to train on: 5, 3-7 or 2,4,6."})
+    eval_people: str | None = field(default=None, metadata={"help": "Sizes to evaluate on; null: people."})
+    fixed_names: bool = field(default=False, metadata={"help": "Person k always has the k-th name (for tiny models)."})
+
+
+def kk_rows(run: KKTaskData) -> tuple[list[dict], list[dict]]:
     """Return the (train, held-out) rows of the run's generated puzzles, prompts in the trainer's format."""
     template = KK.prompt_template(run)
     records = kk_records(
@@ -44,7 +53,7 @@ def kk_judge(text: str, row: dict) -> tuple[bool, bool]:
     return correct, rewards.strict_answer(text) is not None
 
 
-def describe_kk(run: TaskData) -> str:
+def describe_kk(run: KKTaskData) -> str:
     """Return the run's puzzles in a few words."""
     return f"{run.people} people, {run.train_puzzles} generated puzzles per size"
 
@@ -54,11 +63,11 @@ class KKData:
     """Knights-and-Knaves puzzles, in the lopti and verl/Logic-RL schemas."""
 
     out: str = field(metadata={"help": "Output folder."})
-    people: str = task_data_field("people", metadata={"help": "Sizes: 5, 3-7 or 2,4,6."})
-    train_puzzles: int = task_data_field("train_puzzles", metadata={"help": "Train puzzles per size."})
-    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test puzzles per size."})
-    data_seed: int = task_data_field("data_seed", metadata={"help": SEED_HELP})
-    template: str | None = task_data_field("template")
+    people: str = data_field(KKTaskData, "people", metadata={"help": "Sizes: 5, 3-7 or 2,4,6."})
+    train_puzzles: int = data_field(TaskData, "train_puzzles", metadata={"help": "Train puzzles per size."})
+    eval_puzzles: int = data_field(TaskData, "eval_puzzles", metadata={"help": "Test puzzles per size."})
+    data_seed: int = data_field(TaskData, "data_seed", metadata={"help": SEED_HELP})
+    template: str | None = data_field(TaskData, "template")
     depth: int = field(default=2, metadata={"help": "Maximum statement depth."})
     width: int = field(default=2, metadata={"help": "Maximum operands of and/or."})
 
@@ -99,6 +108,6 @@ KK = Task(
     describe_data=describe_kk,
     data_settings=KKData,
     recipe="kk-tiny-cpu.yaml",
-    data_keys=("people", "eval_people", "train_puzzles", "eval_puzzles", "data_seed", "fixed_names"),
+    data=KKTaskData,
     models=TINY_MODELS,
 )

@@ -3,18 +3,39 @@ operation."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar, Self
 
 from lopti.errors import check_output_folder
 from lopti.tasks.math import reward
 from lopti.tasks.math.data import load_math_rows, math_records, trainer_rows, write_math
-from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, task_data_field
+from lopti.tasks.task import SEED_HELP, Task, TaskData, check_puzzle_counts, data_field
 
 DEFAULT_TEMPLATE = "chat"
 
 
-def math_rows(run: TaskData) -> tuple[list[dict], list[dict]]:
+@dataclass
+class MathTaskData(TaskData):
+    """Which problems a run trains and is evaluated on: generated ones of some levels, or a pair of files."""
+
+    levels: str = field(default="1-3", metadata={"help": "Levels of the generated problems, 1-5."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "Training file (JSONL/JSON/Parquet, verl or problem/answer schema)."}
+    )
+    eval_file: str | None = field(default=None, metadata={"help": "Held-out file, same formats."})
+    training_only: ClassVar[tuple[str, ...]] = ("train_puzzles", "train_file")
+
+    def held_out_only(self) -> Self:
+        """Return these settings with no training prompts; a held-out file stands in for the training file."""
+        return replace(self, train_puzzles=0, train_file=self.eval_file)
+
+    def has_held_out(self) -> bool:
+        """Return whether these settings give any held-out problem: generated ones, or a file's."""
+        return super().has_held_out() or bool(self.eval_file)
+
+
+def math_rows(run: MathTaskData) -> tuple[list[dict], list[dict]]:
     """Return the (train, held-out) rows: the files' problems, or generated ones, prompts in the trainer's format."""
     template = MATH.prompt_template(run)
     if run.train_file or run.eval_file:
@@ -32,7 +53,7 @@ def math_judge(text: str, row: dict) -> tuple[bool, bool]:
     return reward.math_score(text, row["answer"]) == 1.0, reward.extract_answer(text) is not None
 
 
-def describe_math(run: TaskData) -> str:
+def describe_math(run: MathTaskData) -> str:
     """Return the run's problems in a few words."""
     if run.train_file:
         return f"problems from {run.train_file}"
@@ -44,11 +65,13 @@ class MathData:
     """Generated math word problems with exact answers, in the verl schema."""
 
     out: str = field(metadata={"help": "Output folder."})
-    levels: str = task_data_field("levels", metadata={"help": "Levels 1-5: 2, 1-3 or 1,3,5."})
-    train_puzzles: int = task_data_field("train_puzzles", default=1000, metadata={"help": "Train problems per level."})
-    eval_puzzles: int = task_data_field("eval_puzzles", metadata={"help": "Test problems per level."})
-    data_seed: int = task_data_field("data_seed", metadata={"help": SEED_HELP})
-    template: str | None = task_data_field("template")
+    levels: str = data_field(MathTaskData, "levels", metadata={"help": "Levels 1-5: 2, 1-3 or 1,3,5."})
+    train_puzzles: int = data_field(
+        TaskData, "train_puzzles", default=1000, metadata={"help": "Train problems per level."}
+    )
+    eval_puzzles: int = data_field(TaskData, "eval_puzzles", metadata={"help": "Test problems per level."})
+    data_seed: int = data_field(TaskData, "data_seed", metadata={"help": SEED_HELP})
+    template: str | None = data_field(TaskData, "template")
 
     def __post_init__(self) -> None:
         check_puzzle_counts(self)
@@ -81,6 +104,6 @@ MATH = Task(
     describe_data=describe_math,
     data_settings=MathData,
     recipe="math-smollm2-ar-cpu.yaml",
-    data_keys=("levels", "train_file", "eval_file", "train_puzzles", "eval_puzzles", "data_seed"),
+    data=MathTaskData,
     breakdown=("operation",),
 )

@@ -80,12 +80,12 @@ def test_fixed_names_give_person_k_the_kth_name():
 
 
 def test_lopti_data_under_the_task_data_keys_writes_the_puzzles_lopti_train_generates(tmp_path):
-    from lopti.tasks.registry import TaskData, get_task
+    from lopti.tasks.registry import get_task
 
     keys = {"people": "3-4", "train_puzzles": 5, "eval_puzzles": 2, "data_seed": 7}
     words = [word for key, value in keys.items() for word in (f"--{key}", str(value))]
     assert main(["data", "kk", *words, "--out", str(tmp_path)]) == 0
-    train, held_out = get_task("kk").rows(TaskData(**keys))
+    train, held_out = get_task("kk").rows(get_task("kk").own_data(keys))
     for split, rows in (("train", train), ("test", held_out)):
         written = [json.loads(line) for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
         assert [(r["id"], r["solution"]) for r in written] == [(r["id"], r["solution"]) for r in rows]
