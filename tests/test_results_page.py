@@ -330,3 +330,45 @@ def test_bf16_seed_0_of_two_code_versions_is_stated_as_its_records():
     for name in ("eval_before.json", "eval_after.json", "eval_before_sampled.json", "eval_after_sampled.json"):
         assert overall(fp32[0], name) == overall(fp32[1], name)
     assert "seed 0 gives the same rewards and accuracies in both versions" in page
+
+
+def test_the_dose_studys_claim_is_its_record():
+    """The dose–response section's slope, its interval, seeds up and down, p and detectable slope, the unclipped
+    arm's difference, and the clipping facts are what results/ar-dose holds: its results.md, and its runs, whose
+    α = 0.9 evaluations are the same in both arms wherever no step of them reached the clipping norm."""
+    study = ROOT / "results/ar-dose"
+    record = " ".join((study / "results.md").read_text().split())
+    slope = re.search(
+        r"norm1, (\d+) seeds with every α: slope of sampled avg@2 on α (\S+) \[(\S+), (\S+)\] points per unit α "
+        r"\(95% bootstrap over seeds and problems\), (\d+) seeds up, (\d+) down; exact sign-flip p = ([\d.]+); "
+        r"detectable at 80% power with this spread: ([\d.]+)",
+        record,
+    )
+    unclipped = re.search(
+        r"(\d+) seeds: (\S+) \[(\S+), (\S+)\] points, \d+ up / \d+ down, exact sign-flip p = ([\d.]+)\.", record
+    )
+    seeds, mean, low, high, up, down, p, detectable = slope.groups()
+    page = page_words().replace("−", "-")
+    assert (
+        f"Over the {seeds} seeds, its slope on α (avg@2 at T = 0.7 on 200 held-out problems, each seed's least-squares "
+        f"slope over its four runs) is {mean} points per unit α (95% interval [{low}, {high}] over seeds and problems; "
+        f"{up} seeds up, {down} down; exact sign-flip p = {p})"
+    ) in page
+    assert f"would have found a slope of {detectable} points per unit α four times in five" in page
+    count, difference, low, high, p = unclipped.groups()
+    assert f"α = 0.9 against α = 0 is {difference} points [{low}, {high}] ({count} seeds, p = {p})" in page
+    runs = json.loads((study / "summary.json").read_text())
+    largest = max(run["grad_norm_max"] for run in runs if run["alpha"] == 0.9)
+
+    def outcome(arm: str, seed: int) -> list:
+        """Return a run's rewards and gradient norms per step, and its evaluations after RL as written."""
+        folder = study / "runs" / f"{arm}-a0.9-s{seed}"
+        steps = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        trained = [(step.get("reward"), step.get("grad_norm")) for step in steps]
+        return [trained, *((folder / name).read_bytes() for name in ("eval_after.json", "eval_after_sampled.json"))]
+
+    seeds_both = sorted({run["seed"] for run in runs if run["arm"] == "norm10" and run["alpha"] == 0.9})
+    same = [outcome("norm10", seed) == outcome("norm1", seed) for seed in seeds_both]
+    assert largest < 1.0 and all(same)
+    assert f"the gradient norm stays below 1 (at most {largest:.3f})" in page
+    assert f"the same rollouts, rewards and evaluations on each of the {len(same)} seeds" in page
