@@ -86,7 +86,8 @@ def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
     """
     task = get_task(config.task)
     count = config.prompts * batches
-    settings = {item.name: getattr(config, item.name) for item in fields(config) if item.name in data_keys()}
+    keys = data_keys()
+    settings = {item.name: getattr(config, item.name) for item in fields(config) if item.name in keys}
     # `count` per group of the task: dealt out below
     data = task.own_data(
         settings | {"template": task.prompt_template(config), "train_puzzles": count, "eval_puzzles": 1}

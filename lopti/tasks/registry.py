@@ -83,8 +83,9 @@ def check_data_keys(task: Task, sources: Mapping[str, str]) -> None:
     """Refuse, in one line naming its source, a given setting (key -> file or "command line") that is another task's
     data setting and not `task`'s: it would change nothing (a K&K size on a math run)."""
     own = [item.name for item in fields(task.data) if item.name not in ("task", "template")]
+    others = data_keys() - {"task", "template", *own}
     for key in sources:
-        if key in data_keys() and key not in [*own, "task", "template"]:
+        if key in others:
             own.sort(key=lambda name: name in TaskData.__dataclass_fields__)  # the task's own settings first
             raise UserError(
                 f"{sources[key]}: {key} is a data setting the {task.name} task does not read; its own are "
