@@ -13,7 +13,6 @@ changes it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import re
 from collections.abc import Iterable
@@ -72,6 +71,8 @@ class SettingsLayer:
         # "resolve": a key two dataclasses share (data_seed) is one flag, and its value goes to both
         super().__init__(list(dataclass_types), allow_abbrev=False, conflict_handler="resolve", **kwargs)
         self.flags = {action.dest: action for action in self._actions if action.dest not in ("help", "config")}
+        self.required = [key for key, action in self.flags.items() if action.required]
+        self.source = "command line"  # what the words being parsed came from, for `error`
         for action in self.flags.values():
             action.help = (action.help or "").replace("%", "%%")  # argparse formats the help with %
             action.required = False  # a --config file may give it: `build` names what neither gave
@@ -81,31 +82,21 @@ class SettingsLayer:
             group._group_actions.sort(key=lambda action: action.dest not in own)
 
     def typed(self, values: dict[str, Any], source: str) -> dict[str, Any]:
-        """Return a settings file's `values` converted as their flags convert text, refusing unknown keys."""
+        """Return a settings file's `values` converted by their flags, as the same values written on the command line
+        would be (a list item by item; null and mappings as they are), refusing unknown keys."""
         check_keys(values, self.flags, source)
-        return {key: self._typed(key, value, source) for key, value in values.items()}
-
-    def _typed(self, key: str, value: Any, source: str) -> Any:
-        action = self.flags[key]
-        if action.nargs in ("+", "*") and value is not None:
-            items = value if isinstance(value, list) else [value]  # a single value is a list of one
-            return [self._typed_one(key, item, action, source) for item in items]
-        return None if value is None else self._typed_one(key, value, action, source)
-
-    @staticmethod
-    def _typed_one(key: str, value: Any, action: argparse.Action, source: str) -> Any:
-        kind, number = action.type, isinstance(value, (int, float)) and not isinstance(value, bool)
+        words = []
+        for key, value in values.items():
+            if isinstance(value, list):
+                words += [f"--{key}", *map(_text, value)]
+            elif value is not None and not isinstance(value, dict):
+                words.append(f"--{key}={_text(value)}")
+        self.source = source
         try:
-            if isinstance(value, str) or (kind is str and number):
-                value = kind(value) if kind else value
-            elif (kind is int and not (number and isinstance(value, int))) or (kind is float and not number):
-                raise ValueError
-        except (ValueError, TypeError, argparse.ArgumentTypeError):
-            wanted = TYPE_WORDS.get(getattr(kind, "__name__", ""), "valid")
-            raise UserError(f"{source}: {key} must be {wanted}, got {value!r}") from None
-        if action.choices is not None and value not in action.choices:
-            raise UserError(f"{source}: {key} must be one of {', '.join(map(str, action.choices))}, got {value!r}")
-        return value
+            parsed = vars(self.parse_known_args(words, argparse.Namespace())[0])
+        finally:
+            self.source = "command line"
+        return {key: parsed[key] if key in parsed and value is not None else value for key, value in values.items()}
 
     def given(self, words: list[str]) -> tuple[dict[str, Any], argparse.Namespace]:
         """Return the settings that `words` give, converted by their flags, and the command's other options."""
@@ -140,15 +131,10 @@ class SettingsLayer:
 
     def build(self, settings: dict[str, Any]) -> tuple[Any, ...]:
         """Return the command's dataclasses made from `settings`, each field not in it at its default."""
-        made = []
-        for kind in self.dataclass_types:
-            own = [item for item in dataclasses.fields(kind) if item.init]
-            required = [item.name for item in own if item.default is item.default_factory is dataclasses.MISSING]
-            missing = [f"--{name}" for name in required if name not in settings]
-            if missing:
-                raise UserError(f"command line: {', '.join(missing)} is required")
-            made.append(kind(**{item.name: settings[item.name] for item in own if item.name in settings}))
-        return tuple(made)
+        missing = [f"--{key}" for key in self.required if key not in settings]
+        if missing:
+            raise UserError(f"command line: {', '.join(missing)} is required")
+        return tuple(self.parse_dict(settings, allow_extra_keys=True))
 
     def error(self, message: str) -> NoReturn:
         """Raise argparse's complaint as one line that names the key (argparse prints its usage, then exits)."""
@@ -163,7 +149,12 @@ class SettingsLayer:
             elif choice:
                 said = f"{key} must be one of {choice[2]}, got {choice[1]}"
             message = said if said.startswith(key) else f"{key}: {said}"
-        raise UserError(f"command line: {message}")
+        raise UserError(f"{self.source}: {message}")
+
+
+def _text(value: Any) -> str:
+    """Return a settings file's value as the command line writes it (YAML's true is "true")."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class DataParser(SettingsLayer, HfArgumentParser):

@@ -18,7 +18,7 @@ from typing import Any
 from trl import TrlParser
 
 from lopti.commands.arguments import SettingsLayer, load_yaml
-from lopti.errors import SettingError, UserError, check_keys, check_number, check_output_folder
+from lopti.errors import SettingError, UserError, check_keys, check_number
 from lopti.models.loading import MODEL_HELP
 from lopti.tasks.registry import DEFAULT_TASK, TaskSettings, check_data_keys, get_task
 from lopti.tasks.task import Task, check_puzzle_counts
@@ -97,6 +97,15 @@ class RunConfig(TaskSettings):
         check_number("eval_samples", self.eval_samples, low=0)
         check_number("eval_temperature", self.eval_temperature, above=0)
         check_number("eval_sampled_prompts", self.eval_sampled_prompts, low=0)
+        if self.evaluate and not self.task_data().has_held_out():
+            needs = f"evaluate: true needs held-out prompts, but eval_puzzles is {self.eval_puzzles}"
+            raise SettingError("evaluate", needs)
+        task = get_task(self.task)
+        unknown = [name for name in self.rewards or [] if name not in task.rewards]
+        if unknown:
+            raise SettingError(
+                "rewards", f"unknown {task.name} reward(s) {', '.join(unknown)}; choose from {', '.join(task.rewards)}"
+            )
 
     def reward_names(self, task: Task) -> list[str]:
         """Return the reward functions the run trains on: `rewards`, or the task's default ones."""
@@ -124,8 +133,8 @@ def train_keys() -> set[str]:
 
 def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """Return the settings of a run: the YAML file's, converted as their flags convert text, then `overrides` (the
-    command line's, already converted, or a study's). Keys and the run's own settings (RunConfig) are checked here;
-    LoptiGRPOConfig checks its own when the trainer's config is built, before any model is loaded."""
+    command line's, already converted, or a study's), every key and value checked (`split`), a refused one named
+    with its source."""
     settings = train_parser().typed(load_yaml(config_file), str(config_file)) if config_file is not None else {}
     sources = dict.fromkeys(settings, str(config_file))
     check_keys(overrides, train_keys(), "command line")
@@ -134,7 +143,6 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
     check_data_keys(get_task(settings.get("task", RunConfig.task)), sources)
     try:
         split(settings)
-        LoptiGRPOConfig.check_trl_bounds(settings)
     except SettingError as error:
         raise UserError(f"{sources.get(error.key, 'settings')}: {error}") from None
     return settings
@@ -198,30 +206,17 @@ def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
     }
 
 
-def check_settings(run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
-    """Raise a ValueError for settings that are each valid but cannot work together or here, before any compute."""
-    if run.evaluate and not run.task_data().has_held_out():
-        raise UserError(f"evaluate: true needs held-out prompts, but eval_puzzles is {run.eval_puzzles}")
-    if "output_dir" in trainer_kwargs:
-        check_output_folder(trainer_kwargs["output_dir"], "output_dir")
-    report_to = trainer_kwargs.get("report_to")
-    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    wanted = [name for name in wanted if name not in ("none", "all")]
-    if wanted:
-        from transformers.integrations import get_available_reporting_integrations
-        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-        for name in wanted:
-            if name not in INTEGRATION_TO_CALLBACK:
-                raise UserError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
-            if name not in get_available_reporting_integrations():
-                raise UserError(f"report_to {name!r}: {name} is not installed (pip install {name}), or drop it")
-
-
 def split(settings: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
-    """Return the RunConfig (its values checked) and the keyword arguments for LoptiGRPOConfig."""
+    """Return the RunConfig and the keyword arguments for LoptiGRPOConfig, every value checked: RunConfig's by its
+    `__post_init__`, the trainer's by `LoptiGRPOConfig.check_values` (without building it: that sets up a device),
+    and the one relation between the two, a weight per reward."""
     run_fields = {item.name for item in dataclasses.fields(RunConfig) if item.init}
     run = RunConfig(**{key: value for key, value in settings.items() if key in run_fields})
-    check_settings(run, {key: value for key, value in settings.items() if key not in run_fields})
     trainer_fields = {item.name for item in dataclasses.fields(LoptiGRPOConfig) if item.init}
-    return run, {key: value for key, value in settings.items() if key in trainer_fields}
+    trainer_kwargs = {key: value for key, value in settings.items() if key in trainer_fields}
+    LoptiGRPOConfig.check_values(trainer_kwargs)
+    weights, rewards = trainer_kwargs.get("reward_weights"), run.reward_names(get_task(run.task))
+    if weights is not None and len(weights) != len(rewards):
+        counts = f"reward_weights has {len(weights)} entries but rewards has {len(rewards)}"
+        raise SettingError("reward_weights", counts)
+    return run, trainer_kwargs

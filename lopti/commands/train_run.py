@@ -103,12 +103,7 @@ def task_rewards(task: Task, run: RunConfig, weights: list[float] | None, tokeni
 
     With a tokenizer, a completion that did not end on its end-of-sequence token earns no reward.
     """
-    names = run.reward_names(task)
-    unknown = [name for name in names if name not in task.rewards]
-    if unknown:
-        raise ValueError(f"unknown {task.name} reward(s) {', '.join(unknown)}; choose from {', '.join(task.rewards)}")
-    if weights is not None and len(weights) != len(names):
-        raise ValueError(f"reward_weights has {len(weights)} entries but rewards has {len(names)}")
+    names = run.reward_names(task)  # known to the task, one weight each: `RunConfig`, `split`
     ids = {} if tokenizer is None else dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     funcs = [task.make_reward(name, **ids) for name in names]
     weights = list(weights) if weights is not None else [1.0] * len(funcs)
@@ -134,7 +129,6 @@ def peft_config(run: RunConfig):
 def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
     """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
     weights = trainer_kwargs.pop("reward_weights", None)
-    task_rewards(task, run, weights)  # check names and weights before anything is loaded
     args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
     train, evaluation = task_datasets(task, run)
     check_one_batch(len(train), args)

@@ -67,7 +67,7 @@ def parse_grid(text: str, overrides: dict[str, Any]) -> dict[str, list[str]]:
         values = [grid_value(key, value) for value in texts]
         try:
             for value in values:
-                LoptiGRPOConfig.check_trl_bounds({key: value})
+                LoptiGRPOConfig.check_values({key: value})
         except SettingError as error:
             raise UserError(f"--grid {key}: {error}") from None
         repeated = [t for t, v in zip(texts, values, strict=True) if values.count(v) > 1]

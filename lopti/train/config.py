@@ -6,12 +6,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from transformers.integrations import get_available_reporting_integrations
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 from trl import GRPOConfig
 
 from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, SPLITS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
-from lopti.errors import SettingError, UserError, check_number
+from lopti.errors import SettingError, UserError, check_number, check_output_folder
 from lopti.train.guards import GROWTH_LIMIT
 
 # TRL loss types that lopti's objective computes exactly as GRPOTrainer does, whatever lopti's settings.
@@ -191,9 +193,10 @@ class LoptiGRPOConfig(GRPOConfig):
     )
 
     @classmethod
-    def check_trl_bounds(cls, values: dict[str, Any]) -> None:
-        """Refuse a value of `values` (settings by key) outside `TRL_BOUNDS`: `__post_init__` checks its own, and a
-        study checks every run's before the first one trains."""
+    def check_values(cls, values: dict[str, Any]) -> None:
+        """Refuse a value of `values` (settings by key) outside `TRL_BOUNDS`, an output_dir that cannot be written and
+        a report_to that is unknown or not installed: `__post_init__` checks its own, and `lopti train` and a study
+        check a run's settings before any config is built, the model loaded or the first run trained."""
         for key, bounds in cls.TRL_BOUNDS.items():
             if values.get(key) is not None:
                 check_number(key, values[key], **bounds)
@@ -202,9 +205,18 @@ class LoptiGRPOConfig(GRPOConfig):
             raise SettingError(
                 "importance_sampling_level", f"importance_sampling_level must be one of token, sequence, got {level!r}"
             )
+        if values.get("output_dir") is not None:
+            check_output_folder(values["output_dir"], "output_dir")
+        report_to = values.get("report_to")
+        wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+        for name in [name for name in wanted if name not in ("none", "all")]:
+            if name not in INTEGRATION_TO_CALLBACK:
+                raise UserError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
+            if name not in get_available_reporting_integrations():
+                raise UserError(f"report_to {name!r}: {name} is not installed (pip install {name}), or drop it")
 
     def __post_init__(self) -> None:
-        self.check_trl_bounds(vars(self))
+        self.check_values(vars(self))
         if isinstance(self.token_credit, str):  # `--token_credit stapo+high_entropy` on the command line
             self.token_credit = [
                 name.strip() for name in self.token_credit.replace("+", ",").split(",") if name.strip()

@@ -84,7 +84,7 @@ def test_a_value_out_of_its_bounds_is_refused_by_its_dataclass_naming_the_key():
     ("values", "message"),
     [
         ({"sizes": "x"}, "recipe.yaml: sizes must be a whole number, got 'x'"),
-        ({"sizes": [1.5]}, "recipe.yaml: sizes must be a whole number, got 1.5"),
+        ({"sizes": [1.5]}, "recipe.yaml: sizes must be a whole number, got '1.5'"),
         ({"fast": "maybe"}, "recipe.yaml: fast must be true or false, got 'maybe'"),
         ({"rate": "fast"}, "recipe.yaml: rate must be a number, got 'fast'"),
         ({"rat": 0.1}, "recipe.yaml: unknown key(s) 'rat' (did you mean rate?)"),
