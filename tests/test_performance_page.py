@@ -96,6 +96,26 @@ def first_run_figures() -> list[str]:
     return [re.escape(figure) for figure in figures] + rows
 
 
+def avx2_first_run_figures() -> list[str]:
+    """The same side-by-side first runs on an AVX2-only CPU, fp32 (bench/first_run.py's record and each report)."""
+    record = SIZES / "avx2"
+    printed = (record / "first_run.txt").read_text()
+    machine = bench_machine(printed)
+    assert machine["cpu_kind"] == "avx2" and not machine["native_bf16"], machine
+    old, new = re.findall(r"round 0: (\d+) s", printed)
+    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+    configs = [yaml.safe_load((record / run / "config.yaml").read_text()) for run in ("variant0", "variant1")]
+    assert all(config.get("bf16") is False for config in configs)  # "where `lopti train` runs fp32"
+    figures = [
+        f"The same command on {machine['cores']} cores of an {machine['cpu']} with AVX2 only",
+        f"Its processes took {old} s and {new} s: {ratio}×",
+    ]
+    return [re.escape(figure) for figure in figures] + [
+        run_row(held_out(record / "variant0"), record / "variant0"),
+        run_row(f"{held_out(record / 'variant1')} (the default)", record / "variant1"),
+    ]
+
+
 def record_runs_figures() -> list[str]:
     """The records' first runs: seeds 0 and 1 of results/default-seeds and the fp32 first run, on the machine the
     profile and the fp32 run record."""
@@ -210,6 +230,7 @@ def figures() -> list[str]:
     """Every figure the page states, each a pattern built from its record (or the file that sets it)."""
     return [
         *first_run_figures(),
+        *avx2_first_run_figures(),
         *record_runs_figures(),
         *profile_figures(),
         *warm_start_figures(),
@@ -246,6 +267,7 @@ def test_each_figure_on_the_performance_page_is_recomputed_from_its_record():
         ("| 1.386 |", "| 1.385 |"),  # a GPU check mean
         ("1.06×", "1.07×"),  # a ratio the GPU check's record computes
         ("| 701 s |", "| 700 s |"),  # the fp32 first run's wall time
+        ("| 778 s |", "| 788 s |"),  # the AVX2 machine's default first run
         ("| 0 s (reused) |", "| 1 s (reused) |"),  # a phase of seed 1's report
         ("0.49× for 150/150", "0.48× for 150/150"),  # an evaluation ratio of bench/eval_sizes.py
         ("(96.9 s)", "(95.9 s)"),  # a profiled function's own time
