@@ -188,3 +188,16 @@ def disk_full_message(error: BaseException, folder: str | Path | None, since: fl
         return None
     path = named or (newest_file(folder, since) if folder.is_dir() else None) or folder
     return f"no space left on device while writing {path}; free some space, then run the command again"
+
+
+def check_report_to(report_to: str | list[str] | None) -> None:
+    """Refuse a `report_to` integration that transformers does not know or that is not installed."""
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in [name for name in wanted if name not in ("none", "all")]:
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise UserError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
+        if name not in get_available_reporting_integrations():
+            raise UserError(f"report_to {name!r}: {name} is not installed (pip install {name}), or drop it")

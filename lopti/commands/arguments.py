@@ -81,6 +81,11 @@ class SettingsLayer:
         for group in self._action_groups:
             group._group_actions.sort(key=lambda action: action.dest not in own)
 
+    def read(self, path: str | Path) -> dict[str, Any]:
+        """Return the settings a YAML file gives, each converted by its flag (`typed`)."""
+        values = load_yaml(path)
+        return self.typed(values, str(path))
+
     def typed(self, values: dict[str, Any], source: str) -> dict[str, Any]:
         """Return a settings file's `values` converted by their flags, as the same values written on the command line
         would be (a list item by item; null and mappings as they are), refusing unknown keys."""

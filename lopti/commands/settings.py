@@ -135,7 +135,7 @@ def resolve(config_file: str | Path | None, overrides: dict[str, Any]) -> dict[s
     """Return the settings of a run: the YAML file's, converted as their flags convert text, then `overrides` (the
     command line's, already converted, or a study's), every key and value checked (`split`), a refused one named
     with its source."""
-    settings = train_parser().typed(load_yaml(config_file), str(config_file)) if config_file is not None else {}
+    settings = train_parser().read(config_file) if config_file is not None else {}
     sources = dict.fromkeys(settings, str(config_file))
     check_keys(overrides, train_keys(), "command line")
     settings |= overrides
@@ -195,7 +195,7 @@ def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
     ...); the file's other keys are `lopti train`'s business and are ignored, but a key no command knows is
     refused with the closest names.
     """
-    recipe = train_parser().typed(load_yaml(path), str(path))
+    recipe = train_parser().read(path)
     run_keys = getattr(schema, "RUN_KEYS", {})
     own = {item.name for item in dataclasses.fields(schema) if item.init}
     run_fields = {item.name for item in dataclasses.fields(RunConfig)}

@@ -6,14 +6,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from transformers.integrations import get_available_reporting_integrations
-from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 from trl import GRPOConfig
 
 from lopti.core import ESTIMATORS, KL_ESTIMATORS, ORDERS, PRESETS, SPLITS, credit_problems
 from lopti.core.buckets import QUARTILES, check_edges
 from lopti.core.constants import DUAL_CLIP, LOPTI_ETA
-from lopti.errors import SettingError, UserError, check_number, check_output_folder
+from lopti.errors import SettingError, UserError, check_number, check_output_folder, check_report_to
 from lopti.train.guards import GROWTH_LIMIT
 
 # TRL loss types that lopti's objective computes exactly as GRPOTrainer does, whatever lopti's settings.
@@ -207,13 +205,7 @@ class LoptiGRPOConfig(GRPOConfig):
             )
         if values.get("output_dir") is not None:
             check_output_folder(values["output_dir"], "output_dir")
-        report_to = values.get("report_to")
-        wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
-        for name in [name for name in wanted if name not in ("none", "all")]:
-            if name not in INTEGRATION_TO_CALLBACK:
-                raise UserError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
-            if name not in get_available_reporting_integrations():
-                raise UserError(f"report_to {name!r}: {name} is not installed (pip install {name}), or drop it")
+        check_report_to(values.get("report_to"))  # transformers would fail only once the model is loaded
 
     def __post_init__(self) -> None:
         self.check_values(vars(self))
