@@ -192,11 +192,14 @@ def disk_full_message(error: BaseException, folder: str | Path | None, since: fl
 
 def check_report_to(report_to: str | list[str] | None) -> None:
     """Refuse a `report_to` integration that transformers does not know or that is not installed."""
+    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    wanted = [name for name in wanted if name not in ("none", "all")]
+    if not wanted:
+        return
     from transformers.integrations import get_available_reporting_integrations
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-    wanted = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    for name in [name for name in wanted if name not in ("none", "all")]:
+    for name in wanted:
         if name not in INTEGRATION_TO_CALLBACK:
             raise UserError(f"report_to {name!r} is unknown; choose from {', '.join(INTEGRATION_TO_CALLBACK)}")
         if name not in get_available_reporting_integrations():

@@ -88,20 +88,21 @@ class SettingsLayer:
 
     def typed(self, values: dict[str, Any], source: str) -> dict[str, Any]:
         """Return a settings file's `values` converted by their flags, as the same values written on the command line
-        would be (a list item by item; null and mappings as they are), refusing unknown keys."""
+        would be (a list setting's items one by one), refusing unknown keys. What no flag's text can write stays as
+        it is: null, a mapping, an empty list, a list for a setting of one value (`report_to: []`)."""
         check_keys(values, self.flags, source)
-        words = []
+        words = {}
         for key, value in values.items():
-            if isinstance(value, list):
-                words += [f"--{key}", *map(_text, value)]
-            elif value is not None and not isinstance(value, dict):
-                words.append(f"--{key}={_text(value)}")
+            if isinstance(value, list) and value and self.flags[key].nargs in ("+", "*"):
+                words[key] = [f"--{key}", *map(_text, value)]
+            elif value is not None and not isinstance(value, (list, dict)):
+                words[key] = [f"--{key}={_text(value)}"]
         self.source = source
         try:
-            parsed = vars(self.parse_known_args(words, argparse.Namespace())[0])
+            parsed = vars(self.parse_known_args([word for key in words for word in words[key]])[0])
         finally:
             self.source = "command line"
-        return {key: parsed[key] if key in parsed and value is not None else value for key, value in values.items()}
+        return {key: parsed[key] if key in words else value for key, value in values.items()}
 
     def given(self, words: list[str]) -> tuple[dict[str, Any], argparse.Namespace]:
         """Return the settings that `words` give, converted by their flags, and the command's other options."""

@@ -100,6 +100,13 @@ def test_a_files_text_and_single_values_take_the_fields_types():
     assert typed == {"target": "5", "sizes": [3], "rate": 0.01, "fast": True}
 
 
+def test_a_files_null_mapping_and_empty_list_stay_as_written():
+    typed = parser().typed({"target": None, "sizes": [], "rate": None}, "recipe.yaml")
+    assert typed == {"target": None, "sizes": [], "rate": None}
+    assert parser().typed({"target": {"a": 1}}, "recipe.yaml") == {"target": {"a": 1}}
+    assert parser().typed({"target": []}, "recipe.yaml") == {"target": []}  # report_to: [] in a recipe
+
+
 def test_help_shows_each_field_with_its_help_and_default(capsys):
     with pytest.raises(SystemExit):
         given(["--help"])

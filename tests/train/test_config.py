@@ -77,6 +77,17 @@ def test_invalid_settings_say_what_to_do(overrides, message):
         config(**overrides)
 
 
+def test_an_unusable_output_folder_or_report_to_is_refused_when_the_config_is_made(tmp_path):
+    # transformers itself accepts both here and fails only once the trainer is built, after the model is loaded
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"output_dir .*file is a file, not a folder"):
+        config(output_dir=str(tmp_path / "file"))
+    with pytest.raises(ValueError, match=r"report_to 'nonsense' is unknown; choose from .*tensorboard"):
+        config(output_dir=str(tmp_path / "run"), report_to="nonsense")
+    assert config(output_dir=str(tmp_path / "run"), report_to=["none"]).output_dir == str(tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # checking the folder creates nothing
+
+
 def test_all_problems_reported_at_once():
     with pytest.raises(ValueError) as error:
         config(ar_alpha=-1.0, lopti_eta=0.0)
