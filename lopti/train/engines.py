@@ -4,11 +4,13 @@ traceback from inside the engine or a run that silently trains otherwise.
 
 A colocated vLLM engine (`use_vllm=True, vllm_mode="colocate"`) receives the trained weights after every optimizer
 step: TRL's `sync_weights` hands each tensor to the vLLM model's `load_weights`, which copies it into the
-parameter the layer computes with. vLLM's CPU build breaks that contract: after loading, it repacks each linear
-layer's weight for its CPU kernels (oneDNN, sgl-kernel, zentorch) and keeps only the packed copy. Linear layers
-are left with an empty parameter that has no `weight_loader`, so the first sync fails
-(`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and an embedding whose matrix also
-serves as the output head (a tied `lm_head`) computes its logits from a copy no sync reaches.
+parameter the layer computes with. vLLM's CPU build can break that contract: after loading, it repacks each linear
+layer's weight for its CPU kernels (oneDNN, sgl-kernel, zentorch) where the CPU can run them in the model's dtype,
+and keeps only the packed copy. Linear layers are then left with an empty parameter that has no `weight_loader`, so
+the first sync fails (`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and an embedding
+whose matrix also serves as the output head (a tied `lm_head`) computes its logits from a copy no sync reaches.
+Where no such kernel can be built (oneDNN's bf16 matmul on an AVX2-only CPU), vLLM falls back to a plain
+linear product with the loaded weight, and the sync works. So the check asks each layer what it computes with.
 """
 
 from __future__ import annotations
@@ -26,15 +28,25 @@ def colocated_vllm_model(llm: Any) -> torch.nn.Module:
     return llm.llm_engine.model_executor.driver_worker.model_runner.model
 
 
+def computes_with_a_copy(module: torch.nn.Module) -> bool:
+    """Return True when the vLLM layer `module` computes its linear product with a copy of its weight instead of the
+    weight it is handed: its CPU kernel (`cpu_linear`), given a zero weight, still returns a nonzero product."""
+    weight = getattr(module, "weight", None)
+    if not hasattr(module, "cpu_linear") or not isinstance(weight, torch.Tensor):
+        return False  # vLLM's GPU layers, and layers without a weight
+    if weight.numel() == 0:
+        return True  # emptied once its packed copy was made
+    if weight.ndim != 2 or weight.is_meta:
+        return False  # not a matrix (convolutions, experts' stacks), or a layer the checkpoint does not have
+    with torch.no_grad():
+        product = module.cpu_linear(torch.ones(1, weight.shape[1], dtype=weight.dtype), torch.zeros_like(weight), None)
+    return bool(product.any())
+
+
 def check_weight_sync(model: torch.nn.Module) -> None:
-    """Raise UserError when trained weights loaded into the vLLM `model` would not reach its computation: a layer
-    that computes with a repacked copy of its weight (`cpu_linear` other than a plain linear) or whose weight is
-    an empty tensor without a loader."""
+    """Raise UserError when trained weights loaded into the vLLM `model` would not reach its computation."""
     for name, module in model.named_modules():
-        packed = getattr(module, "cpu_linear", torch.nn.functional.linear) is not torch.nn.functional.linear
-        weight = getattr(module, "weight", None)
-        emptied = isinstance(weight, torch.Tensor) and weight.numel() == 0 and not hasattr(weight, "weight_loader")
-        if packed or emptied:
+        if computes_with_a_copy(module):
             raise UserError(
                 f"use_vllm: this vLLM build computes {name} with a copy of its weight packed for its CPU kernels, "
                 "which the weight sync after each optimizer step cannot update (vLLM's CPU build keeps only the "
