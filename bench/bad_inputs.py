@@ -8,7 +8,7 @@ ends in a traceback, in another exit status, or in more than one line. docs/guid
 edges") says why each accepted one is. The default recipe's model is built first, outside the cases: its one-time
 conversion (about 25-50 s on 2 cores) would otherwise count against the first case that reads it.
 
-Run: python bench/bad_inputs.py   (about 5 minutes on 2 cores)
+Run: python bench/bad_inputs.py   (5 to 16 minutes on 2 cores: 16 on an AVX2-only EPYC)
 """
 
 from __future__ import annotations

@@ -23,22 +23,21 @@ from lopti.diagnostics.rollouts import collect_rollouts, load_rollouts, save_rol
 from lopti.errors import check_number
 from lopti.models.embedded import model_task
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
-from lopti.tasks.registry import DEFAULT_TASK, data_keys, get_task, task_data_field
+from lopti.tasks.registry import DEFAULT_TASK, PromptSettings, get_task, task_data_field
 
 DEFAULT_MODEL = "tiny"
 
 
 @dataclass
-class AnalyzeConfig(ProbeConfig):
-    """The batches to analyse (model, task prompts, rollout settings) and the probe's update settings."""
+class AnalyzeConfig(PromptSettings, ProbeConfig):
+    """The batches to analyse (model, the kind of task prompts, rollout settings) and the probe's update settings."""
 
     model: str = field(default=DEFAULT_MODEL, metadata={"help": MODEL_HELP})
     # the default model is a task's own, trained on that task's text alone: its task is the default one here
     task: str = task_data_field("task", default=model_task(DEFAULT_MODEL) or DEFAULT_TASK)
-    people: str = task_data_field("people", default="2-3")
-    levels: str = task_data_field("levels")
-    template: str | None = task_data_field("template")
-    fixed_names: bool = task_data_field("fixed_names")
+    # the batches are `prompts` × `batches` generated training prompts (`training_rows`): no split sizes
+    train_puzzles: int = field(default=0, init=False)
+    eval_puzzles: int = field(default=0, init=False)
     reward: str | None = field(default=None, metadata={"help": "Reward of the rollouts; null: the task's accuracy."})
     prompts: int = field(default=16, metadata={"help": "Training prompts in each analysed batch."})
     # the trainer's keys for the same quantities; the probe's batches are its own, so --config leaves them
@@ -51,7 +50,6 @@ class AnalyzeConfig(ProbeConfig):
     max_completion_length: int = field(
         default=128, metadata={"help": "Token budget of each response (not taken from --config)."}
     )
-    data_seed: int = task_data_field("data_seed")
     seed: int = field(default=0, metadata={"help": "Seed of the sampling and of the update."})
     rollouts: str | None = field(
         default=None,
@@ -86,11 +84,9 @@ def training_rows(config: AnalyzeConfig, batches: int) -> list[dict[str, Any]]:
     """
     task = get_task(config.task)
     count = config.prompts * batches
-    keys = data_keys()
-    settings = {item.name: getattr(config, item.name) for item in fields(config) if item.name in keys}
     # `count` per group of the task: dealt out below
     data = task.own_data(
-        settings | {"template": task.prompt_template(config), "train_puzzles": count, "eval_puzzles": 1}
+        vars(config) | {"template": task.prompt_template(config), "train_puzzles": count, "eval_puzzles": 1}
     )
     rows = task.rows(data)[0]
     rows = rows[:: max(1, len(rows) // count)][:count]  # the task gives `count` per size or level
@@ -241,7 +237,8 @@ def analyze(config: AnalyzeConfig, out: str | Path) -> dict[str, Any]:
         ProbeConfig(**{k: getattr(config, k) for k in probe_fields}),
         warmup=batches[config.batches :],
     )
-    result["settings"] = {k: v for k, v in config.__dict__.items() if k not in probe_fields} | {"reward": reward}
+    given = [item.name for item in fields(config) if item.init and item.name not in probe_fields]
+    result["settings"] = {key: getattr(config, key) for key in given} | {"reward": reward}
     figures = {
         "delta_pi": plot_delta_pi(result, out / "delta_pi.png"),
         "correct_ratio": plot_correct_ratio(result, out / "correct_ratio.png"),

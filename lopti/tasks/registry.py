@@ -21,8 +21,8 @@ from lopti.tasks.math.task import MATH
 from lopti.tasks.task import DEFAULT_TASK, Task, TaskData, TaskModels, data_field
 
 __all__ = [
-    "DEFAULT_TASK", "TASKS", "Task", "TaskData", "TaskModels", "TaskSettings", "check_data_keys", "data_keys",
-    "get_task", "register_installed_tasks", "register_task", "task_data_field", "task_of",
+    "DEFAULT_TASK", "TASKS", "PromptSettings", "Task", "TaskData", "TaskModels", "TaskSettings", "check_data_keys",
+    "data_keys", "get_task", "register_installed_tasks", "register_task", "task_data_field", "task_of",
 ]  # fmt: skip
 
 TASKS: dict[str, Task] = {}
@@ -49,16 +49,19 @@ def task_of(settings: Mapping[str, Any]) -> Task:
     return get_task(settings.get("task") or DEFAULT_TASK)
 
 
-def merged_data(tasks: list[Task]) -> type[TaskData]:
+def merged_data(tasks: list[Task], name: str = "TaskSettings", one_split: bool = True) -> type[TaskData]:
     """Return the data settings of `tasks` as one flat dataclass: TaskData's fields, then each task's own, whose help
     names its task. It is the base of the commands' settings (`lopti train`'s, `eval`'s), so every task's data
     settings are flags; `task_data()` returns the chosen task's own dataclass. One key in two tasks is one field, its
-    default the same in both."""
+    default the same in both. Without `one_split`, a task's settings of one split alone (its held-out sizes, its
+    files: `training_only`, `evaluation_only`) are left out, for commands that draw prompts of their own."""
     own: dict[str, tuple[str, Any, Any]] = {}
     for task in tasks:
         hints = get_type_hints(task.data)
         for item in fields(task.data):
             if item.name in TaskData.__dataclass_fields__ or not item.init:
+                continue
+            if not one_split and item.name in (*task.data.training_only, *task.data.evaluation_only):
                 continue
             if item.name in own and own[item.name][2].default != item.default:
                 raise ValueError(f"task {task.name}: data setting {item.name} has another default in another task")
@@ -71,7 +74,7 @@ def merged_data(tasks: list[Task]) -> type[TaskData]:
 
     doc = "Every known task's data settings as flags: TaskData's, then each task's own (`task_data()`: the task's)."
     namespace = {"task_data": task_data, "__module__": __name__, "__doc__": doc}
-    return make_dataclass("TaskSettings", list(own.values()), bases=(TaskData,), namespace=namespace)
+    return make_dataclass(name, list(own.values()), bases=(TaskData,), namespace=namespace)
 
 
 def data_keys() -> set[str]:
@@ -110,3 +113,4 @@ for shipped in (KK, MATH):
     register_task(shipped)
 register_installed_tasks()
 TaskSettings = merged_data(list(TASKS.values()))
+PromptSettings = merged_data(list(TASKS.values()), "PromptSettings", one_split=False)

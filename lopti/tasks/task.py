@@ -37,6 +37,8 @@ class TaskData:
     data_seed: int = field(default=0, metadata={"help": "Seed of the generated data (train and eval)."})
     # the keys that choose the training prompts alone: a held-out set is the same whatever their values
     training_only: ClassVar[tuple[str, ...]] = ("train_puzzles",)
+    # the keys that choose the held-out prompts alone: the training prompts are the same whatever their values
+    evaluation_only: ClassVar[tuple[str, ...]] = ("eval_puzzles",)
 
     def __post_init__(self) -> None:
         check_puzzle_counts(self, fewest_train=0)  # `lopti eval` builds the held-out split alone

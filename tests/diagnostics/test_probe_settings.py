@@ -115,3 +115,17 @@ def test_rollouts_files_name_the_group_size_num_generations_or_group_size(tmp_pa
     header["group_size"] = header.pop("num_generations")  # as the files in results/analysis/ hold it
     (tmp_path / "old.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     assert load_rollouts(tmp_path / "old.jsonl", tokenizer) == rollouts
+
+
+def test_analyze_takes_each_tasks_settings_of_both_splits_and_none_of_one_split_alone():
+    # the batches are generated training prompts of the probe's own count: a split's size or file would do nothing
+    from dataclasses import fields
+
+    from lopti.tasks.registry import TASKS
+
+    flags = {item.name for item in fields(AnalyzeConfig) if item.init}
+    for task in TASKS.values():
+        one_split = {*task.data.training_only, *task.data.evaluation_only}
+        both = {item.name for item in fields(task.data) if item.init} - one_split
+        assert both <= flags and not one_split & flags, task.name
+    assert AnalyzeConfig(people="3,4").people == "3,4" and AnalyzeConfig(task="math", levels="2").levels == "2"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lopti.errors import check_output_folder
 from lopti.tasks.kk import rewards
@@ -25,6 +26,7 @@ class KKTaskData(TaskData):
     people: str = field(default="3-7", metadata={"help": "Sizes (people per puzzle) to train on: 5, 3-7 or 2,4,6."})
     eval_people: str | None = field(default=None, metadata={"help": "Sizes to evaluate on; null: people."})
     fixed_names: bool = field(default=False, metadata={"help": "Person k always has the k-th name (for tiny models)."})
+    evaluation_only: ClassVar[tuple[str, ...]] = ("eval_puzzles", "eval_people")
 
 
 def kk_rows(run: KKTaskData) -> tuple[list[dict], list[dict]]:

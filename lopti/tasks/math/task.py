@@ -25,6 +25,7 @@ class MathTaskData(TaskData):
     )
     eval_file: str | None = field(default=None, metadata={"help": "Held-out file, same formats."})
     training_only: ClassVar[tuple[str, ...]] = ("train_puzzles", "train_file")
+    evaluation_only: ClassVar[tuple[str, ...]] = ("eval_puzzles", "eval_file")
 
     def held_out_only(self) -> Self:
         """Return these settings with no training prompts; a held-out file stands in for the training file."""
