@@ -38,9 +38,9 @@ CASES = """
 
 # builds (once per machine) the embedded model of the recipe `lopti train` uses without --config
 BUILD_DEFAULT_MODEL = """
-from lopti.commands.settings import RunConfig, default_recipe, resolve
+from lopti.commands.settings import RunConfig, train_settings
 from lopti.models.loading import resolve_model
-resolve_model(resolve(default_recipe(), {}).get("model", RunConfig.model))
+resolve_model(train_settings(None, {})[0].get("model", RunConfig.model))
 """
 
 

@@ -72,7 +72,7 @@ def merged_data(tasks: list[Task], name: str = "TaskSettings", one_split: bool =
         """Return the chosen task's own data settings (its `Task.data`) with these values."""
         return get_task(self.task).own_data(vars(self))
 
-    doc = "Every known task's data settings as flags: TaskData's, then each task's own (`task_data()`: the task's)."
+    doc = "The known tasks' data settings as flags: TaskData's, then each task's own (`task_data()`: the task's)."
     namespace = {"task_data": task_data, "__module__": __name__, "__doc__": doc}
     return make_dataclass(name, list(own.values()), bases=(TaskData,), namespace=namespace)
 
