@@ -9,7 +9,7 @@ another `lopti eval` is writing is refused too (`folder_lock`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -125,14 +125,15 @@ def eval_markdown(result: dict[str, Any], config: EvalConfig) -> str:
 
 
 def _stored_settings(stored: dict[str, Any]) -> dict[str, Any]:
-    """Return a settings.json record under the current keys: `n` is the held-out size eval_puzzles (then without
-    eval_people), `max_new_tokens` the answer budget eval_max_new_tokens; a record without the judge's limits was
-    written under their defaults."""
-    if "n" in stored:
-        stored = {"eval_puzzles": stored.pop("n"), "eval_people": None, **stored}
-    if "max_new_tokens" in stored:
-        stored = {"eval_max_new_tokens": stored.pop("max_new_tokens"), **stored}
-    return {"reward_errors": "stop", "reward_timeout": 0.0, **stored}
+    """Return a settings.json record under the current keys (`n` is eval_puzzles, `max_new_tokens`
+    eval_max_new_tokens): a key the record lacks did not exist when it was written, so it holds that key's default."""
+    renamed = {"n": "eval_puzzles", "max_new_tokens": "eval_max_new_tokens"}
+    defaults = {
+        item.name: item.default
+        for item in fields(EvalConfig)
+        if item.default is not MISSING and item.name not in TRAINING_ONLY
+    }
+    return {**defaults, **{renamed.get(key, key): value for key, value in stored.items()}}
 
 
 def _check_folder(out: Path, config: EvalConfig, claim: bool = False) -> None:

@@ -90,12 +90,13 @@ def test_settings_from_a_run_config_then_the_command_line(tiny_model_dir, tmp_pa
     assert held_out_rows(first) == get_task("kk").rows(run)[1]  # the set `lopti train` evaluated on
 
 
-def test_a_folder_whose_settings_name_n_and_max_new_tokens_is_continued(config, tmp_path):
+def test_a_folder_whose_settings_name_n_and_max_new_tokens_and_lack_later_keys_is_continued(config, tmp_path):
     result = run_eval(config, tmp_path / "ev", chunk=2)
     stored = json.loads((tmp_path / "ev" / "settings.json").read_text())
     stored["n"] = stored.pop("eval_puzzles")
     stored["max_new_tokens"] = stored.pop("eval_max_new_tokens")
-    del stored["eval_people"]
+    for later in ("eval_people", "reward_errors", "reward_timeout", "backend"):  # written before these existed
+        del stored[later]
     (tmp_path / "ev" / "settings.json").write_text(json.dumps(stored))
     assert run_eval(config, tmp_path / "ev") == result
     assert json.loads((tmp_path / "ev" / "settings.json").read_text())["eval_puzzles"] == 3
