@@ -83,17 +83,17 @@ def remembered(key: str | None, compute: Callable[[], Evaluation]) -> tuple[Eval
     return (greedy, sampled), False
 
 
-def held_out_eval(
-    training: Training, run: RunConfig, out: Path, seconds: dict, label: str, before_training: bool = False
-) -> dict:
+def held_out_eval(training: Training, run: RunConfig, out: Path, seconds: dict, before_training: bool = False) -> dict:
     """Evaluate the trainer's model on the run's held-out set; save and return the metrics.
 
     Greedy always (out); with eval_samples > 1 also sampled at eval_temperature (out with "_sampled"),
-    under "sampled" in the returned dict. `out` is written last, so its presence means both are saved.
-    Before training, the weights are the model folder's: an evaluation of them already made with the same rows and
-    settings is reused (`start_eval_key`).
+    under "sampled" in the returned dict. `out` is written last, so its presence means both are saved: a resumed run
+    reads it back. Before training, the weights are the model folder's: an evaluation of them already made with the
+    same rows and settings is reused (`start_eval_key`).
     """
-    started = time.time()
+    if run.resume and out.is_file():
+        return saved_eval(out, run)
+    started, label = time.time(), "eval before" if before_training else "eval after"
     trainer, task, rows = training.trainer, training.task, list(training.eval_rows)
     evaluate = functools.partial(
         evaluate_rows, trainer.model, trainer.processing_class, judge=task.judge, group=task.group,

@@ -174,7 +174,7 @@ def _train_locked(
     settings: dict[str, Any],
     main_process: bool,
 ) -> Path:
-    checkpoint = resume_point(run_dir, settings, int(trainer_kwargs.get("max_steps", -1))) if run.resume else None
+    checkpoint = resume_point(run_dir, run, trainer_kwargs) if run.resume else None
     if not run.resume and (last_complete_checkpoint(run_dir) is not None or (run_dir / "run.json").exists()):
         raise ValueError(
             f"{run_dir} already holds checkpoints or a finished run; "
@@ -206,12 +206,7 @@ def _train_locked(
         write_atomic(run_dir / "config.yaml", yaml.safe_dump(settings, sort_keys=True))
     evaluations = []
     if run.evaluate:
-        path = run_dir / "eval_before.json"
-        evaluations.append(
-            held_out_eval(training, run, path, seconds, "eval before", before_training=True)
-            if path.name in todo
-            else saved_eval(path, run)
-        )
+        evaluations.append(held_out_eval(training, run, run_dir / "eval_before.json", seconds, before_training=True))
     if "run.json" in todo or "eval_after.json" in todo:
         started = time.time()
         with contextlib.suppress(TrainingEnded):  # a finished run: the trainer holds its weights, untrained
@@ -232,10 +227,7 @@ def _train_locked(
             write_atomic(run_dir / "run.json", json.dumps(summary))
     # A sharded model's forwards gather its weights from every process: each one evaluates, the first one writes
     if run.evaluate and (main_process or is_sharded(trainer)):
-        path = run_dir / "eval_after.json"
-        evaluations.append(
-            held_out_eval(training, run, path, seconds, "eval after") if path.name in todo else saved_eval(path, run)
-        )
+        evaluations.append(held_out_eval(training, run, run_dir / "eval_after.json", seconds))
     if main_process:
         write_outputs(run_dir, run, task, trainer.args, evaluations, seconds)
     end_together(trainer, end_group)
