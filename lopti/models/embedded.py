@@ -172,19 +172,22 @@ SMOLLM2_STEPS = {"tokenizer": 20, "weights": 72, "saving": 8}
 @contextlib.contextmanager
 def conversion_progress(description: str, steps: dict[str, int]) -> Iterator[Callable[[str], None]]:
     """Show one bar for a conversion whose `steps` take these shares of its time (on a terminal only, as tqdm
-    decides), with the progress bars transformers' logging controls off meanwhile (its GGUF tensor bar, which that
-    setting does not reach, shows under this one); yield the function that marks a step done."""
+    decides), with transformers' own bars off meanwhile: those its logging controls, and its GGUF tensor bar, which
+    that setting does not reach and which would draw even into a log file; yield the function that marks a step done."""
     from tqdm.auto import tqdm
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
     from transformers.utils import logging as transformers_logging
 
-    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    bars_were_on, gguf_bar = transformers_logging.is_progress_bar_enabled(), getattr(gguf_loading, "tqdm", tqdm)
     transformers_logging.disable_progress_bar()
+    gguf_loading.tqdm = partial(tqdm, disable=True)
     try:
         with tqdm(total=sum(steps.values()), desc=description, unit="%", disable=None, leave=False) as bar:
             yield lambda step: bar.update(steps[step])
     finally:
         if bars_were_on:
             transformers_logging.enable_progress_bar()
+        gguf_loading.tqdm = gguf_bar
 
 
 def build_smollm2(folder: Path) -> None:

@@ -200,6 +200,7 @@ def test_staging_folders_of_killed_builds_are_removed(tmp_path, monkeypatch, cap
 
 def test_a_conversion_shows_one_bar_to_its_end_with_transformers_bars_off_meanwhile(monkeypatch):
     import tqdm.auto
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
     from transformers.utils import logging as transformers_logging
 
     shown = []
@@ -218,12 +219,15 @@ def test_a_conversion_shows_one_bar_to_its_end_with_transformers_bars_off_meanwh
         def update(self, amount):
             self.n += amount
             assert not transformers_logging.is_progress_bar_enabled(), "transformers' bars must be off meanwhile"
+            assert gguf_loading.tqdm.keywords == {"disable": True}, "and its GGUF bar, which draws even into a log file"
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
     transformers_logging.enable_progress_bar()
+    gguf_bar = gguf_loading.tqdm
     with embedded.conversion_progress("converting", embedded.SMOLLM2_STEPS) as done:
         for step in embedded.SMOLLM2_STEPS:
             done(step)
     (bar,) = shown
     assert bar.n == bar.settings["total"] and bar.settings["disable"] is None  # quiet where output is no terminal
     assert transformers_logging.is_progress_bar_enabled()  # as it was before
+    assert gguf_loading.tqdm is gguf_bar
