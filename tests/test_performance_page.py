@@ -110,9 +110,13 @@ def avx2_first_run_figures() -> list[str]:
         f"The same command on {machine['cores']} cores of an {machine['cpu']} with AVX2 only",
         f"Its processes took {old} s and {new} s: {ratio}×",
     ]
+    alone = SIZES / "avx2-idle"  # the default's first run with nothing else on the cores
+    hardware = json.loads((alone / "run.json").read_text())["hardware"]
+    assert hardware["cpu_kind"] == "avx2" and yaml.safe_load((alone / "config.yaml").read_text())["bf16"] is False
     return [re.escape(figure) for figure in figures] + [
         run_row(held_out(record / "variant0"), record / "variant0"),
         run_row(f"{held_out(record / 'variant1')} (the default)", record / "variant1"),
+        run_row(f"{held_out(alone)} (the default, alone)", alone),
     ]
 
 
