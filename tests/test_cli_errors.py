@@ -43,6 +43,11 @@ TRAIN = [
     (["--task", "kk", "--levels", "2"], "command line: levels is a data setting the kk task does not read"),
     (["--rewards", "[]"], "unknown math reward(s) []; choose from"),
     (["--rewards", ""], "command line: rewards: empty value"),
+    (["--reward_weights", "1", "2"], "command line: reward_weights has 2 entries but rewards has 1"),
+    (
+        ["--task", "kk", "--rewards", "logic_rl", "strict", "--reward_weights", "1"],
+        "reward_weights has 1 entries but rewards has 2",
+    ),
     (["--train_puzzles", "1"], "the training set has 1 prompt(s) and one generated batch takes 4"),
     (["--top_k", "-1"], "top_k must be ≥ 0, got -1"),
     (["--min_p", "2"], "min_p must be ≥ 0 and ≤ 1, got 2"),

@@ -208,15 +208,11 @@ def from_run_config(path: str | Path, schema: type) -> dict[str, Any]:
 
 def split(settings: dict[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
     """Return the RunConfig and the keyword arguments for LoptiGRPOConfig, every value checked: RunConfig's by its
-    `__post_init__`, the trainer's by `LoptiGRPOConfig.check_values` (without building it: that sets up a device),
-    and the one relation between the two, a weight per reward."""
+    `__post_init__`, the trainer's, with a weight per reward, by `LoptiGRPOConfig.check_values` (without building
+    it: that sets up a device)."""
     run_fields = {item.name for item in dataclasses.fields(RunConfig) if item.init}
     run = RunConfig(**{key: value for key, value in settings.items() if key in run_fields})
     trainer_fields = {item.name for item in dataclasses.fields(LoptiGRPOConfig) if item.init}
     trainer_kwargs = {key: value for key, value in settings.items() if key in trainer_fields}
-    LoptiGRPOConfig.check_values(trainer_kwargs)
-    weights, rewards = trainer_kwargs.get("reward_weights"), run.reward_names(get_task(run.task))
-    if weights is not None and len(weights) != len(rewards):
-        counts = f"reward_weights has {len(weights)} entries but rewards has {len(rewards)}"
-        raise SettingError("reward_weights", counts)
+    LoptiGRPOConfig.check_values(trainer_kwargs, reward_count=len(run.reward_names(get_task(run.task))))
     return run, trainer_kwargs

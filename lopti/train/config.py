@@ -191,13 +191,17 @@ class LoptiGRPOConfig(GRPOConfig):
     )
 
     @classmethod
-    def check_values(cls, values: dict[str, Any]) -> None:
-        """Refuse a value of `values` (settings by key) outside `TRL_BOUNDS`, an output_dir that cannot be written and
-        a report_to that is unknown or not installed: `__post_init__` checks its own, and `lopti train` and a study
-        check a run's settings before any config is built, the model loaded or the first run trained."""
+    def check_values(cls, values: dict[str, Any], reward_count: int | None = None) -> None:
+        """Refuse a value of `values` (settings by key) outside `TRL_BOUNDS`, an unwritable output_dir, an unknown or
+        missing report_to and reward_weights not one per reward function (`reward_count`; TRL counts them only once
+        the model is loaded): `lopti train` and a study check a run's settings before any config is built."""
         for key, bounds in cls.TRL_BOUNDS.items():
             if values.get(key) is not None:
                 check_number(key, values[key], **bounds)
+        weights = values.get("reward_weights")
+        if reward_count is not None and weights is not None and len(weights) != reward_count:
+            counts = f"reward_weights has {len(weights)} entries but rewards has {reward_count}"
+            raise SettingError("reward_weights", counts)
         level = values.get("importance_sampling_level", "token")
         if level not in ("token", "sequence"):
             raise SettingError(
