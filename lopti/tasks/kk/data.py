@@ -15,7 +15,6 @@ from lopti.tasks.kk.prompts import prefill, puzzle_prompt, render_prompt
 from lopti.tasks.kk.render import DEFAULT_ROLES, NAMES, Roles, pick_names, render_quiz, render_solution
 
 SPLITS = ("train", "test")
-REQUIRED_FIELDS = ("id", "people", "names", "statements", "solution", "prompt")
 
 
 def parse_people(spec: str | int | Iterable[int]) -> list[int]:
