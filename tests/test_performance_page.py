@@ -60,64 +60,75 @@ def bench_machine(printed: str) -> dict:
     return ast.literal_eval(printed.splitlines()[0].split("}", 1)[0] + "}")
 
 
+# each CPU's side-by-side first runs (bench/first_run.py): its record folder, the CPU as the table names it, and how
+# the processes' times are introduced in the text after the table
+FIRST_RUNS = {
+    "avx512-bf16": ("AMD EPYC, AVX-512 BF16", "on the EPYC with AVX-512 BF16"),
+    ".": ("Intel Xeon, native bf16", "on the Xeon"),
+    "avx2": ("AMD EPYC, AVX2 only", "on the AVX2-only EPYC"),
+}
+
+
+def cpu_label(machine: dict) -> str:
+    """The CPU of a bench's or a run's machine as the table names it, from what the machine records."""
+    name = machine["cpu"].replace("(R)", "").removesuffix(" Processor")
+    kind = {"avx512_bf16": "AVX-512 BF16", "avx2": "AVX2 only"}.get(machine.get("cpu_kind"))
+    return f"{name}, {kind or ('native bf16' if machine['native_bf16'] else 'no native bf16')}"
+
+
 def first_run_figures() -> list[str]:
-    """The default recipe's settings, the side-by-side first runs (bench/first_run.py, each run's report) and the
+    """The default recipe's settings, each CPU's side-by-side first runs (bench/first_run.py's record and each run's
+    report, in the precision `lopti train` chose there), the default's run alone on an AVX2-only CPU, and the
     evaluation ratios (bench/eval_sizes.py)."""
     recipe = yaml.safe_load((ROOT / "configs/math-smollm2-ar-cpu.yaml").read_text())
     batches, completions = recipe["max_steps"], recipe["per_device_train_batch_size"]
     default, samples = recipe["eval_puzzles"], recipe["eval_samples"]
     assert recipe["eval_sampled_prompts"] == default
-    printed, evaluations = (SIZES / "first_run.txt").read_text(), (SIZES / "eval_sizes.txt").read_text()
-    machine = bench_machine(printed)
-    assert machine == bench_machine(evaluations) and machine["native_bf16"], machine
-    cpu = machine["cpu"].replace("(R)", "").removesuffix(" Processor")
-    old, new = re.findall(r"round 0: (\d+) s", printed)
-    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+    records = held_out(SIZES / "variant0")
+    figures = [
+        f"{batches} generated batches of {completions} completions) evaluates {default} held-out problems, greedy "
+        f"and {samples} samples each, before and after RL; the records below evaluated "
+        f"{records.replace(', ', ' and ', 1)}",
+        f"| RL ({batches} batches) |",
+    ]
+    rows, took, machines = [], [], []
+    for folder, (label, named) in FIRST_RUNS.items():
+        record = SIZES / folder
+        printed = (record / "first_run.txt").read_text()
+        machine = bench_machine(printed)
+        assert cpu_label(machine) == label, machine
+        machines.append((machine["cores"], ".".join(machine["torch"].split(".")[:2])))
+        for run in ("variant0", "variant1"):  # "in bf16 where the CPU multiplies it natively, in fp32 elsewhere"
+            assert yaml.safe_load((record / run / "config.yaml").read_text())["bf16"] is machine["native_bf16"]
+        old, new = re.findall(r"round 0: (\d+) s", printed)
+        ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+        took.append(f"{old} s and {new} s {named} ({ratio}×)")
+        rows += [
+            run_row(f"{label} | {records}", record / "variant0"),
+            run_row(f"{label} | {held_out(record / 'variant1')} (the default)", record / "variant1"),
+        ]
+    alone = SIZES / "avx2-idle"  # the default's first run with nothing else on the cores
+    hardware = json.loads((alone / "run.json").read_text())["hardware"]
+    assert yaml.safe_load((alone / "config.yaml").read_text())["bf16"] is False
+    rows.append(run_row(f"{cpu_label(hardware)} | {held_out(alone)} (the default, alone)", alone))
+    figures.append("The processes took " + ", ".join(took))
+    later = [report(RESULTS / "default-seeds-100-epyc" / f"bf16-seed{seed}") for seed in (1, 2, 3, 4)]
+    assert all(phases[:2] == ["1", "0"] for _, phases in later)  # model and evaluation before RL from the cache
+    walls, rl = sorted(int(wall) for wall, _ in later), sorted(int(phases[2]) for _, phases in later)
+    figures.append(f"took {walls[0]}–{walls[-1]} s (RL {rl[0]}–{rl[-1]} s: [seeds 1–4]")
+    ((cores, torch),) = set(machines)
+    figures.append(f"The CPU figures are from {cores} cores and torch {torch} CPU")
+    evaluations = (SIZES / "eval_sizes.txt").read_text()
+    assert cpu_label(bench_machine(evaluations)) == FIRST_RUNS["."][0]  # "The evaluation alone, on the Xeon"
     sizes = re.findall(r"greedy (\d+) / sampled 2 x (\d+): ([\d.]+) s \((\d\.\d\d)x", evaluations)
     (greedy, sampled, seconds, first), *others = sizes
     assert others[-1][:2] == (str(default), str(default))
-    figures = [
-        f"The CPU figures are from {machine['cores']} cores and torch {'.'.join(machine['torch'].split('.')[:2])} CPU",
-        f"{batches} generated batches of {completions} completions) evaluates {default} held-out problems, greedy "
-        f"and {samples} samples each, before and after RL; the records below evaluated "
-        f"{held_out(SIZES / 'variant0').replace(', ', ' and ', 1)}",
-        f"Side by side on {machine['cores']} cores of an {cpu} that multiplies bf16 natively",
-        f"| RL ({batches} batches) |",
-        f"its processes took {old} s and {new} s: {ratio}×",
+    figures += [
         f"{seconds} s for {greedy}/{sampled} ({first}×)",
         *(f"{share}× for {greedy}/{sampled}" for greedy, sampled, _, share in others),
-        f"Hence the default's {default}: its evaluations take {others[-1][3]}× the time of the records' sizes, its "
-        f"first run {ratio}×",
-    ]
-    rows = [
-        run_row(held_out(SIZES / "variant0"), SIZES / "variant0"),
-        run_row(f"{held_out(SIZES / 'variant1')} (the default)", SIZES / "variant1"),
+        f"the default's evaluations take {others[-1][3]}× the time of the records' sizes",
     ]
     return [re.escape(figure) for figure in figures] + rows
-
-
-def avx2_first_run_figures() -> list[str]:
-    """The same side-by-side first runs on an AVX2-only CPU, fp32 (bench/first_run.py's record and each report)."""
-    record = SIZES / "avx2"
-    printed = (record / "first_run.txt").read_text()
-    machine = bench_machine(printed)
-    assert machine["cpu_kind"] == "avx2" and not machine["native_bf16"], machine
-    old, new = re.findall(r"round 0: (\d+) s", printed)
-    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
-    configs = [yaml.safe_load((record / run / "config.yaml").read_text()) for run in ("variant0", "variant1")]
-    assert all(config.get("bf16") is False for config in configs)  # "where `lopti train` runs fp32"
-    figures = [
-        f"The same command on {machine['cores']} cores of an {machine['cpu']} with AVX2 only",
-        f"Its processes took {old} s and {new} s: {ratio}×",
-    ]
-    alone = SIZES / "avx2-idle"  # the default's first run with nothing else on the cores
-    hardware = json.loads((alone / "run.json").read_text())["hardware"]
-    assert hardware["cpu_kind"] == "avx2" and yaml.safe_load((alone / "config.yaml").read_text())["bf16"] is False
-    return [re.escape(figure) for figure in figures] + [
-        run_row(held_out(record / "variant0"), record / "variant0"),
-        run_row(f"{held_out(record / 'variant1')} (the default)", record / "variant1"),
-        run_row(f"{held_out(alone)} (the default, alone)", alone),
-    ]
 
 
 def record_runs_figures() -> list[str]:
@@ -234,7 +245,6 @@ def figures() -> list[str]:
     """Every figure the page states, each a pattern built from its record (or the file that sets it)."""
     return [
         *first_run_figures(),
-        *avx2_first_run_figures(),
         *record_runs_figures(),
         *profile_figures(),
         *warm_start_figures(),
@@ -272,6 +282,8 @@ def test_each_figure_on_the_performance_page_is_recomputed_from_its_record():
         ("1.06×", "1.07×"),  # a ratio the GPU check's record computes
         ("| 701 s |", "| 700 s |"),  # the fp32 first run's wall time
         ("| 778 s |", "| 788 s |"),  # the AVX2 machine's default first run
+        ("(0.62×)", "(0.61×)"),  # a ratio bench/first_run.py printed
+        ("took 189–235 s", "took 189–236 s"),  # the later runs' wall times, from their reports
         ("| 0 s (reused) |", "| 1 s (reused) |"),  # a phase of seed 1's report
         ("0.49× for 150/150", "0.48× for 150/150"),  # an evaluation ratio of bench/eval_sizes.py
         ("(96.9 s)", "(95.9 s)"),  # a profiled function's own time
@@ -290,11 +302,14 @@ def test_a_performance_page_that_disagrees_with_its_record_fails(right, wrong):
 
 
 def test_the_readmes_first_run_figure_is_the_benches_record():
-    """The README's first run is what bench/first_run.py printed for the default held-out set, and the report of the
-    default's run alone on an AVX2-only CPU."""
-    printed = (SIZES / "first_run.txt").read_text()
+    """The README's first run is what bench/first_run.py printed for the default held-out set on an AMD EPYC with
+    AVX-512 BF16, and the report of the default's run alone on an AVX2-only CPU."""
+    printed = (SIZES / "avx512-bf16" / "first_run.txt").read_text()
     new = re.findall(r"round 0: (\d+) s", printed)[1]
-    assert bench_machine(printed)["native_bf16"]
+    assert cpu_label(bench_machine(printed)) == "AMD EPYC, AVX-512 BF16"
     avx2, _ = report(SIZES / "avx2-idle")
     readme = words((ROOT / "README.md").read_text())
-    assert f"A first run took {new} s on 2 cores that multiply bf16 natively, {avx2} s in fp32 on 2 AVX2-only" in readme
+    assert (
+        f"A first run took {new} s on 2 cores of an AMD EPYC with AVX-512 BF16, {avx2} s in fp32 on 2 AVX2-only"
+        in readme
+    )
