@@ -69,6 +69,15 @@ FIRST_RUNS = {
 }
 
 
+def side_by_side(record: Path) -> tuple[dict, str, str, str]:
+    """Return what bench/first_run.py printed into `record`: the machine, the seconds of the run with the records'
+    held-out sizes and of the default's, and the default's ratio to the first."""
+    printed = (record / "first_run.txt").read_text()
+    old, new = re.findall(r"round 0: (\d+) s", printed)
+    ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
+    return bench_machine(printed), old, new, ratio
+
+
 def cpu_label(machine: dict) -> str:
     """The CPU of a bench's or a run's machine as the table names it, from what the machine records."""
     name = machine["cpu"].replace("(R)", "").removesuffix(" Processor")
@@ -94,14 +103,11 @@ def first_run_figures() -> list[str]:
     rows, took, machines = [], [], []
     for folder, (label, named) in FIRST_RUNS.items():
         record = SIZES / folder
-        printed = (record / "first_run.txt").read_text()
-        machine = bench_machine(printed)
+        machine, old, new, ratio = side_by_side(record)
         assert cpu_label(machine) == label, machine
         machines.append((machine["cores"], ".".join(machine["torch"].split(".")[:2])))
         for run in ("variant0", "variant1"):  # "in bf16 where the CPU multiplies it natively, in fp32 elsewhere"
             assert yaml.safe_load((record / run / "config.yaml").read_text())["bf16"] is machine["native_bf16"]
-        old, new = re.findall(r"round 0: (\d+) s", printed)
-        ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
         took.append(f"{old} s and {new} s {named} ({ratio}×)")
         rows += [
             run_row(f"{label} | {records}", record / "variant0"),
@@ -304,9 +310,8 @@ def test_a_performance_page_that_disagrees_with_its_record_fails(right, wrong):
 def test_the_readmes_first_run_figure_is_the_benches_record():
     """The README's first run is what bench/first_run.py printed for the default held-out set on an AMD EPYC with
     AVX-512 BF16, and the report of the default's run alone on an AVX2-only CPU."""
-    printed = (SIZES / "avx512-bf16" / "first_run.txt").read_text()
-    new = re.findall(r"round 0: (\d+) s", printed)[1]
-    assert cpu_label(bench_machine(printed)) == "AMD EPYC, AVX-512 BF16"
+    machine, _, new, _ = side_by_side(SIZES / "avx512-bf16")
+    assert cpu_label(machine) == "AMD EPYC, AVX-512 BF16"
     avx2, _ = report(SIZES / "avx2-idle")
     readme = words((ROOT / "README.md").read_text())
     assert (
