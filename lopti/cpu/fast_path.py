@@ -4,7 +4,10 @@ A mixin for TRL's `GRPOTrainer` or a subclass of it, placed first: `class T(CpuF
 trainer with it is `lopti.cpu.CpuLoptiGRPOTrainer`, which `lopti train` uses on the CPU unless its `cpu_fast_path`
 is false. Mixing it in is the switch: it reads no setting, and it is not a base of `LoptiGRPOTrainer`, so on a GPU
 none of it runs. It changes how TRL's numbers are computed, never which ones (the same up to float rounding;
-docs/guides/trl.md states the tolerances), by overriding four TRL methods:
+docs/guides/trl.md states the tolerances), with one exception: the rollout samples from generate's distribution with
+one uniform number per row and step, not generate's random numbers (multinomial's Exp(1) draw for every vocabulary
+entry of every row at every step takes longer than a small model's decode step; `draws_like_generate = True` gives
+generate's very tokens for the same seed). It overrides four TRL methods:
 - `_generate_single_turn`: the rollout's prefill once per distinct prompt, and a sampling loop that drops ended
   rows (`shared_prefill_generate`, lopti/cpu/packing.py and lopti/cpu/decode.py);
 - `_get_per_token_logps_and_entropies`: the log-prob forward on the packed layout (`packed_log_probs`);
@@ -94,6 +97,10 @@ class CpuFastPath:
     _fast_path_notes: frozenset[str] = frozenset()
     # The bf16 copy of the weights that generation runs on under `bf16` (`generation_weights`).
     _bf16_weights: LowPrecisionCopy | None = None
+    # True: the rollout draws generate's tokens from generate's random numbers (`draws.draw_like_multinomial`), as
+    # the tests comparing the fast path with TRL's own paths need; False: from the same distribution by inverse CDF
+    # (`draws.draw_by_inverse_cdf`), which halves the default recipe's rollout (bench/rollout_draws.py).
+    draws_like_generate: bool = False
 
     def _fast_path_applies(self, model: torch.nn.Module, device: torch.device, problem: str | None = None) -> bool:
         """Return True where the fast path runs; where it was asked for but cannot (`model_problem`, or the caller's
@@ -183,7 +190,8 @@ class CpuFastPath:
         problem = "images in the prompts" if images_given else self._generation_problem()
         if not self._fast_path_applies(model, self.accelerator.device, problem):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-        with packing.fast_generation(model, self.generation_weights(model)):  # TRL calls model.generate(...)
+        weights = self.generation_weights(model)
+        with packing.fast_generation(model, weights, same_draws=self.draws_like_generate):  # TRL calls model.generate
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
 
     def generation_weights(self, model: torch.nn.Module) -> torch.nn.Module:

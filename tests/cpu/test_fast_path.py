@@ -1,6 +1,8 @@
 """`CpuFastPath` on its own: mixed into TRL's plain GRPOTrainer, it gives GRPOTrainer's training to float rounding,
 and it leaves out TRL's old-log-prob forward exactly where the first pass's forward gives the same numbers."""
 
+import collections
+import functools
 import logging
 
 import pytest
@@ -9,13 +11,15 @@ from test_trainer import FAST_PATH, make
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 from trl import GRPOConfig, GRPOTrainer
 
-from lopti.cpu import CpuLoptiGRPOTrainer, packing, trainer_class
+from lopti.cpu import CpuLoptiGRPOTrainer, decode, packing, trainer_class
 from lopti.cpu.fast_path import CpuFastPath, generation_problem, model_problem, skips_old_forward
 from lopti.train import LoptiGRPOConfig, LoptiGRPOTrainer
 
 
 class FastGRPOTrainer(CpuFastPath, GRPOTrainer):
-    """TRL's trainer with the fast path and nothing else of lopti's."""
+    """TRL's trainer with the fast path and nothing else of lopti's, its rollout drawing generate's very tokens."""
+
+    draws_like_generate = True
 
 
 def logged(trainer, key):
@@ -163,3 +167,21 @@ def test_models_with_inputs_beyond_the_tokens_run_trls_forwards(request, image_p
     with caplog.at_level(logging.DEBUG, logger="lopti.cpu.fast_path"):
         trainer.train()
     assert f"fast path leaves this to TRL's own code: {reason}" in caplog.text
+
+
+def test_the_rollout_draws_by_inverse_cdf_unless_told_to_draw_generates_tokens(
+    tiny_model_dir, kk_prompts, tmp_path, monkeypatch
+):
+    draws = collections.Counter()
+
+    def counted(name, draw, *args):
+        draws[name] += 1
+        return draw(*args)
+
+    for name in ("draw_like_multinomial", "draw_by_inverse_cdf"):
+        monkeypatch.setattr(decode, name, functools.partial(counted, name, getattr(decode, name)))
+    make(CpuLoptiGRPOTrainer, LoptiGRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1).train()
+    assert set(draws) == {"draw_by_inverse_cdf"}
+    draws.clear()
+    make(FastGRPOTrainer, GRPOConfig, tiny_model_dir, kk_prompts, tmp_path, max_steps=1).train()
+    assert set(draws) == {"draw_like_multinomial"}

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from lopti.cpu import trainer_class
+from lopti.cpu import CpuLoptiGRPOTrainer, trainer_class
 from lopti.train.config import LoptiGRPOConfig
 from lopti.train.guards import explain_reward_errors
 from lopti.train.trainer import LoptiGRPOTrainer
@@ -51,10 +51,19 @@ def make(trainer_cls, config_cls, folder, prompts, tmp_path, **overrides):
     )
 
 
+class SameTokensCpuTrainer(CpuLoptiGRPOTrainer):
+    """CpuLoptiGRPOTrainer whose rollout draws generate's very tokens for the seed (`draws_like_generate`), so that a
+    run compares with TRL's own paths number by number; `lopti train` draws from the same distribution by inverse
+    CDF."""
+
+    draws_like_generate = True
+
+
 def lopti_trainer(cpu_fast_path: bool) -> type[LoptiGRPOTrainer]:
-    """Return the trainer `lopti train` takes on the CPU for its `cpu_fast_path` setting: CpuLoptiGRPOTrainer (the
-    CPU fast path) or LoptiGRPOTrainer (TRL's own forwards)."""
-    return trainer_class(torch.device("cpu"), cpu_fast_path)
+    """Return the trainer `lopti train` takes on the CPU for its `cpu_fast_path` setting, drawing generate's tokens:
+    CpuLoptiGRPOTrainer (the CPU fast path) or LoptiGRPOTrainer (TRL's own forwards)."""
+    chosen = trainer_class(torch.device("cpu"), cpu_fast_path)
+    return SameTokensCpuTrainer if chosen is CpuLoptiGRPOTrainer else chosen
 
 
 def logged(trainer, key):
