@@ -231,3 +231,22 @@ def test_a_conversion_shows_one_bar_to_its_end_with_transformers_bars_off_meanwh
     assert bar.n == bar.settings["total"] and bar.settings["disable"] is None  # quiet where output is no terminal
     assert transformers_logging.is_progress_bar_enabled()  # as it was before
     assert gguf_loading.tqdm is gguf_bar
+
+
+def test_the_smollm2_conversion_parses_the_gguf_once_and_gives_back_gguf_s_own_names(tmp_path, monkeypatch):
+    import gguf
+
+    parses = []
+    reader = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *args, **kwargs: parses.append(args) or reader(*args, **kwargs))
+    shared = gguf.GGUFReader
+    embedded.build_smollm2(tmp_path / "smollm2")
+    assert len(parses) == 1  # transformers asks for it three times: tokenizer, config, weights
+    assert gguf.GGUFReader is shared  # given back after the conversion
+    with embedded.gguf_parsed_once():
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+    assert not hasattr(gguf.get_tensor_name_map, "cache_info")
+    assert sorted(path.name for path in (tmp_path / "smollm2").iterdir()) == [
+        "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json",
+    ]  # fmt: skip
