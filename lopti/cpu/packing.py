@@ -45,9 +45,10 @@ def packed_log_probs(
     packs.
 
     The model's own forward gives the logits (its LM head in the autocast dtype, softcapping and scales included),
-    which are read at the completion positions only. TRL's fused head would avoid holding them, at a cost the CPU
-    pays in full: without Triton it scores every position, prompts and padding too, and accumulates its gradient in
-    fp32 products; the completions' logits of a CPU batch take a few hundred MB.
+    from the first column holding a completion token on, and they are read at the completion positions only. TRL's
+    fused head would avoid holding them, at a cost the CPU pays in full: without Triton it scores every position,
+    prompts and padding too, and accumulates its gradient in fp32 products; the completions' logits of a CPU batch
+    take a few hundred MB.
     """
     chunks = []
     for start in range(0, input_ids.size(0), chunk_rows):
@@ -60,14 +61,18 @@ def packed_log_probs(
         chunks.append((packed, len(ids)))
     outputs = []
     for packed, rows in chunks:
+        scored = packed.shift_labels != IGNORED
+        # the LM head only from the first column any row scores: the prompt's other positions need no vocabulary
+        kept = scored.size(1) - int(scored.any(dim=0).int().argmax())
         logits = model(
             input_ids=packed.input_ids,
             attention_mask=packed.attention_mask,
             position_ids=packed.position_ids,
             use_cache=False,
+            logits_to_keep=kept,
         ).logits
-        scored = packed.shift_labels != IGNORED
-        fields = token_statistics(logits[scored], packed.shift_labels[scored], temperature)
+        labels, kept_scored = packed.shift_labels[:, -kept:], scored[:, -kept:]
+        fields = token_statistics(logits[kept_scored], labels[kept_scored], temperature)
         outputs.append(
             [unpack(logits.new_zeros(scored.shape, dtype=values.dtype).masked_scatter(scored, values), packed, rows,
                     completion_length) for values in fields]

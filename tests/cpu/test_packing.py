@@ -65,6 +65,16 @@ def test_packed_forward_gives_the_padded_log_probs_and_gradients(tiny_model_dir)
         assert (ours - theirs).norm() <= 1e-5 * theirs.norm()
 
 
+def test_the_lm_head_scores_no_column_before_the_first_completion_token(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, mask = grouped_batch(model.config.vocab_size, [9, 14, 5], group=4, completion_length=7)
+    columns = []
+    model.lm_head.register_forward_hook(lambda module, args, output: columns.append(args[0].size(1)))
+    packed_log_probs(model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids))
+    width = pack_shared_prompts(ids, mask, 7, pad_token_id=0).input_ids.size(1)
+    assert columns == [width - (5 - 1)]  # the shortest prompt's first completion token follows its first 4 tokens
+
+
 def test_packing_runs_each_prompt_once_per_chunk(tiny_model_dir):
     ids, mask = grouped_batch(50, [9, 14, 5], group=4, completion_length=7)
     packed = pack_shared_prompts(ids, mask, 7, pad_token_id=0)
