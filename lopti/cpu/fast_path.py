@@ -6,7 +6,7 @@ is false. Mixing it in is the switch: it reads no setting, and it is not a base 
 none of it runs. It changes how TRL's numbers are computed, never which ones (the same up to float rounding;
 docs/guides/trl.md states the tolerances), with one exception: the rollout samples from generate's distribution with
 one uniform number per row and step, not generate's random numbers (multinomial's Exp(1) draw for every vocabulary
-entry of every row at every step takes longer than a small model's decode step; `draws_like_generate = True` gives
+entry of every row at every step costs SmolLM2 about a third of a decode step; `draws_like_generate = True` gives
 generate's very tokens for the same seed). It overrides four TRL methods:
 - `_generate_single_turn`: the rollout's prefill once per distinct prompt, and a sampling loop that drops ended
   rows (`shared_prefill_generate`, lopti/cpu/packing.py and lopti/cpu/decode.py);
@@ -99,7 +99,7 @@ class CpuFastPath:
     _bf16_weights: LowPrecisionCopy | None = None
     # True: the rollout draws generate's tokens from generate's random numbers (`draws.draw_like_multinomial`), as
     # the tests comparing the fast path with TRL's own paths need; False: from the same distribution by inverse CDF
-    # (`draws.draw_by_inverse_cdf`), which halves the default recipe's rollout (bench/rollout_draws.py).
+    # (`draws.draw_by_inverse_cdf`): 0.90x the default recipe's generation (bench/rollout_draws.py).
     draws_like_generate: bool = False
 
     def _fast_path_applies(self, model: torch.nn.Module, device: torch.device, problem: str | None = None) -> bool:
