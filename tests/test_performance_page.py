@@ -1,5 +1,5 @@
 """docs/performance.md states only what its records hold: each figure on the page is recomputed here from the record
-it cites (a run's report.md, config.yaml and run.json, what a bench printed, the profile, the shipped warm start's
+it cites (a run's report.md, config.yaml and run.json, what a bench printed, the shipped warm start's
 warm_start.json, the GPU check's JSON), each setting from the file that sets it, and a number the page states
 outside those phrases, its code spans and its links fails the check."""
 
@@ -18,6 +18,7 @@ ROOT = Path(__file__).parents[1]
 PAGE = ROOT / "docs" / "performance.md"
 RESULTS = ROOT / "results"
 SIZES = RESULTS / "default-first-run-sizes"
+LEVERS = RESULTS / "default-first-run-levers"
 # a number as the page writes it: not part of a name (bf16, SmolLM2-135M, H200) or of a longer number
 NUMBER = re.compile(r"(?<![\w.\-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 NOT_FIGURES = re.compile(r"`[^`]*`|\]\([^)]*\)")  # code spans (commands, flags, paths) and link targets
@@ -70,8 +71,8 @@ FIRST_RUNS = {
 
 
 def side_by_side(record: Path) -> tuple[dict, str, str, str]:
-    """Return what bench/first_run.py printed into `record`: the machine, the seconds of the run with the records'
-    held-out sizes and of the default's, and the default's ratio to the first."""
+    """Return what bench/first_run.py printed into `record`: the machine, the seconds of the first variant's run and
+    of the default's, and the default's ratio to the first."""
     printed = (record / "first_run.txt").read_text()
     old, new = re.findall(r"round 0: (\d+) s", printed)
     ratio = re.search(r"variant 1 \(the default\): \d+ s, (\d\.\d\d)x", printed).group(1)
@@ -96,8 +97,7 @@ def first_run_figures() -> list[str]:
     records = held_out(SIZES / "variant0")
     figures = [
         f"{batches} generated batches of {completions} completions) evaluates {default} held-out problems, greedy "
-        f"and {samples} samples each, before and after RL; the records below evaluated "
-        f"{records.replace(', ', ' and ', 1)}",
+        f"and {samples} samples each, before and after RL",
         f"| RL ({batches} batches) |",
     ]
     rows, took, machines = [], [], []
@@ -118,10 +118,6 @@ def first_run_figures() -> list[str]:
     assert yaml.safe_load((alone / "config.yaml").read_text())["bf16"] is False
     rows.append(run_row(f"{cpu_label(hardware)} | {held_out(alone)} (the default, alone)", alone))
     figures.append("The processes took " + ", ".join(took))
-    later = [report(RESULTS / "default-seeds-100-epyc" / f"bf16-seed{seed}") for seed in (1, 2, 3, 4)]
-    assert all(phases[:2] == ["1", "0"] for _, phases in later)  # model and evaluation before RL from the cache
-    walls, rl = sorted(int(wall) for wall, _ in later), sorted(int(phases[2]) for _, phases in later)
-    figures.append(f"took {walls[0]}–{walls[-1]} s (RL {rl[0]}–{rl[-1]} s: [seeds 1–4]")
     ((cores, torch),) = set(machines)
     figures.append(f"The CPU figures are from {cores} cores and torch {torch} CPU")
     evaluations = (SIZES / "eval_sizes.txt").read_text()
@@ -137,45 +133,38 @@ def first_run_figures() -> list[str]:
     return [re.escape(figure) for figure in figures] + rows
 
 
-def record_runs_figures() -> list[str]:
-    """The records' first runs: seeds 0 and 1 of results/default-seeds and the fp32 first run, on the machine the
-    profile and the fp32 run record."""
-    seeds, fp32 = RESULTS / "default-seeds", RESULTS / "default-first-run-fp32"
-    sizes = {held_out(run) for run in (seeds / "bf16-seed0", seeds / "bf16-seed1", fp32)}
-    assert len(sizes) == 1, sizes
-    profiled = (RESULTS / "default-first-run-profile/profile.txt").read_text()
-    machine = re.search(r"Machine: (\d+ cores of an AMD EPYC with [^,]*), torch", profiled).group(1)
-    hardware = json.loads((fp32 / "run.json").read_text())["hardware"]
-    assert machine.startswith(f"{hardware['cores']} cores of an {hardware['cpu']} ") and hardware["native_bf16"]
-    figures = [f"### The records' first runs ({sizes.pop()})", f"On {machine}, 2 threads"]
-    return [re.escape(figure) for figure in figures] + [
-        run_row("first run, empty cache (seed 0)", seeds / "bf16-seed0"),
-        run_row("later run (seed 1)", seeds / "bf16-seed1"),
-        run_row("first run, fp32 (`--bf16 false`)", fp32),
+def current_figures() -> list[str]:
+    """The default's first run beside lopti before its three latest speed-ups, with the held-out sizes it had then
+    (bench/first_run.py's record), each speed-up's ratio as its bench printed it, and the default's later runs."""
+    machine, before, now, ratio = side_by_side(LEVERS)
+    assert cpu_label(machine) == "AMD EPYC, AVX-512 BF16"
+    for run in ("variant0", "variant1"):  # "bf16"
+        assert yaml.safe_load((LEVERS / run / "config.yaml").read_text())["bf16"] is machine["native_bf16"] is True
+
+    def ratio_printed(name: str, label: str) -> str:
+        printed = (LEVERS / name).read_text()
+        assert bench_machine(printed) == machine  # on the same machine as the first runs
+        return re.search(re.escape(label) + r": (\d\.\d\d)x", printed).group(1)
+
+    generation = ratio_printed("rollout_draws.txt", "generation, inverse CDF / generate's random numbers")
+    batch = ratio_printed("rollout_draws.txt", "whole batch, inverse CDF / generate's random numbers")
+    conversion = ratio_printed("smollm2_conversion.txt", "parsed once / transformers' own parses")
+    head = ratio_printed("packed_head.txt", "from the first completion column / over every column")
+    later = [report(RESULTS / "default-seeds-100-draws" / f"bf16-seed{seed}") for seed in (1, 2, 3, 4)]
+    assert all(phases[:2] == ["1", "0"] for _, phases in later)  # model and evaluation before RL from the cache
+    walls, rl = sorted(int(wall) for wall, _ in later), sorted(int(phases[2]) for _, phases in later)
+    figures = [
+        f"with the held-out sizes it had then ({held_out(LEVERS / 'variant0')}), from empty caches on "
+        f"{machine['cores']} cores of an AMD EPYC with AVX-512 BF16, bf16",
+        f"The processes took {before} s and {now} s ({ratio}×)",
+        f"by inverse CDF ({generation}× a generated batch's generation, {batch}× the whole batch",
+        f"parses the GGUF once ({conversion}×",
+        f"from the first completion column ({head}× an update",
+        f"took {walls[0]}–{walls[-1]} s (RL {rl[0]}–{rl[-1]} s: seeds 1–4",
     ]
-
-
-def profile_figures() -> list[str]:
-    """Where a one-batch first run's time goes, from the cProfile record: the total, the evaluations' cumulative
-    time and the own time of the largest functions."""
-    record = RESULTS / "default-first-run-profile"
-    assert json.loads((record / "run.json").read_text())["global_step"] == 1  # "a one-batch first run"
-    profiled = (record / "profile.txt").read_text()
-    total = float(re.search(r"primitive calls\) in ([\d.]+) seconds", profiled).group(1))
-    rows = re.findall(r"^\s+[\d/]+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+[\d.]+ (.+)$", profiled, re.MULTILINE)
-
-    def own(function: str, column: int = 0) -> str:
-        (seconds,) = {row[column] for row in rows if re.search(function, row[2])}
-        return f"{float(seconds):.1f}"
-
-    evaluations, linear, matmul = own(r"\(held_out_eval\)", 1), own(r"_nn\.linear}"), own(r"torch\.matmul}")
-    kept, prefill = own(r"\(_kept\)"), own("scaled_dot_product_attention}")
-    return [
-        re.escape(
-            f"({total:.1f} s profiled, {evaluations} s of it the evaluations), puts the time in the linear layers "
-            f"({linear} s), the decode attention's matmuls over the KV cache ({matmul} s), the copies that drop "
-            f"ended rows from the cache ({kept} s), the prefill's attention ({prefill} s)"
-        )
+    return [re.escape(figure) for figure in figures] + [
+        run_row(f"before | {held_out(LEVERS / 'variant0')}", LEVERS / "variant0"),
+        run_row(f"now | {held_out(LEVERS / 'variant1')} (the default)", LEVERS / "variant1"),
     ]
 
 
@@ -243,16 +232,15 @@ def gpu_figures() -> list[str]:
     return [re.escape(figure) for figure in figures]
 
 
-# names, not measurements: the seeds run, phase 1 of Lopti's update
-SETTINGS = [re.escape(name) for name in ("seeds 0 and 1 ran alone", "[seed 0]", "[seed 1]", "phase 1's log-probs")]
+# names, not measurements: phase 1 of Lopti's update
+SETTINGS = [re.escape("phase 1's log-probs")]
 
 
 def figures() -> list[str]:
     """Every figure the page states, each a pattern built from its record (or the file that sets it)."""
     return [
         *first_run_figures(),
-        *record_runs_figures(),
-        *profile_figures(),
+        *current_figures(),
         *warm_start_figures(),
         *gpu_figures(),
         *SETTINGS,
@@ -286,13 +274,11 @@ def test_each_figure_on_the_performance_page_is_recomputed_from_its_record():
     [
         ("| 1.386 |", "| 1.385 |"),  # a GPU check mean
         ("1.06×", "1.07×"),  # a ratio the GPU check's record computes
-        ("| 701 s |", "| 700 s |"),  # the fp32 first run's wall time
         ("| 778 s |", "| 788 s |"),  # the AVX2 machine's default first run
         ("(0.62×)", "(0.61×)"),  # a ratio bench/first_run.py printed
-        ("took 189–235 s", "took 189–236 s"),  # the later runs' wall times, from their reports
-        ("| 0 s (reused) |", "| 1 s (reused) |"),  # a phase of seed 1's report
+        ("took 174–225 s", "took 174–226 s"),  # the later runs' wall times, from their reports
+        ("(0.90× a generated", "(0.91× a generated"),  # a speed-up's ratio its bench printed
         ("0.49× for 150/150", "0.48× for 150/150"),  # an evaluation ratio of bench/eval_sizes.py
-        ("(96.9 s)", "(95.9 s)"),  # a profiled function's own time
         ("66,000 SFT examples", "60,000 SFT examples"),  # the warm start's data, from its settings
         ("209 s for stage 2", "210 s for stage 2"),  # the warm start's build time
         ("19 wheels", "18 wheels"),  # the pinned wheels of bench/gpu_wheels.sh
@@ -308,9 +294,9 @@ def test_a_performance_page_that_disagrees_with_its_record_fails(right, wrong):
 
 
 def test_the_readmes_first_run_figure_is_the_benches_record():
-    """The README's first run is what bench/first_run.py printed for the default held-out set on an AMD EPYC with
-    AVX-512 BF16, and the report of the default's run alone on an AVX2-only CPU."""
-    machine, _, new, _ = side_by_side(SIZES / "avx512-bf16")
+    """The README's first run is what bench/first_run.py printed for the default on an AMD EPYC with AVX-512 BF16,
+    and the report of the default's run alone on an AVX2-only CPU."""
+    machine, _, new, _ = side_by_side(LEVERS)
     assert cpu_label(machine) == "AMD EPYC, AVX-512 BF16"
     avx2, _ = report(SIZES / "avx2-idle")
     readme = words((ROOT / "README.md").read_text())
