@@ -54,9 +54,9 @@ def evaluation_generation(trainer: LoptiGRPOTrainer) -> tuple[torch.nn.Module, c
 
     Where the CPU trainer's fast path applies: the rollout's weights (`generation_weights`: a bf16 copy under `bf16`)
     and `fast_generation` on them, sampling from the model's distribution by inverse CDF rather than with generate's
-    random numbers (one Exp(1) draw per vocabulary entry per row and step: as long as the forward for a large
-    vocabulary). Anywhere else, a sharded model included (`is_sharded`): the model itself and no block, so
-    generation is transformers' own.
+    random numbers, as the rollout does unless `CpuFastPath.draws_like_generate` (lopti/cpu/fast_path.py says what
+    generate's numbers cost). Anywhere else, a sharded model included (`is_sharded`): the model itself and no block,
+    so generation is transformers' own.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
     fast = (
