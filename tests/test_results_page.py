@@ -5,6 +5,7 @@ every percentage in the prose found in that section's records."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -230,7 +231,7 @@ def test_the_readmes_first_run_paragraph_is_the_fifteen_bf16_runs_of_the_default
         span("", "accuracy", 100, 0),
     )
     sizes = {(overall(run, "eval_after_sampled.json")["n"], overall(run, "eval_after.json")["n"]) for run in runs}
-    assert sizes == {(200, 500)} and "over 15 bf16 seeds (evaluated on 200 sampled, 500 greedy)" in readme
+    assert sizes == {(200, 500)} and "Over 15 bf16 seeds (on a larger held-out set: 200 sampled, 500 greedy)" in readme
     assert f"sampled accuracy (avg@2, T = 0.7) rose from {sampled[0]}% to {sampled[1]}%" in readme
     assert f"pass@2 from {passed[0]}% to {passed[1]}%, greedy accuracy from {greedy[0]}% to {greedy[1]}%" in readme
     longer = sum(overall(run, "eval_after.json")["length"] > overall(run, "eval_before.json")["length"] for run in runs)
@@ -372,3 +373,32 @@ def test_the_dose_studys_claim_is_its_record():
     assert largest < 1.0 and all(same)
     assert f"the gradient norm stays below 1 (at most {largest:.3f})" in page
     assert f"the same rollouts, rewards and evaluations on each of the {len(same)} seeds" in page
+
+
+def test_the_pages_counts_and_times_are_their_records():
+    """Figures of the prose that are no percentage: the tiny model's size (its shipped weights), the registered default
+    study's wall time and its GRPO and AR runs' share of clipped steps (their reports and metrics), the varied K&K
+    recipe's RL time (its run.json)."""
+    from safetensors import safe_open
+
+    with safe_open(ROOT / "lopti/models/shipped/tiny/model.safetensors", "pt") as weights:
+        parameters = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
+    size = f"{parameters / 1e6:.1f} M parameters"
+    assert size in page_words() and size in (ROOT / "docs/getting-started.md").read_text()
+    study = ROOT / "results/study-default/runs"
+    recorded = [run for run in sorted(study.iterdir()) if "hardware" in json.loads((run / "run.json").read_text())]
+    wall = [int(re.search(r"Wall time: (\d+) s", (run / "report.md").read_text())[1]) for run in recorded]
+    minutes = sum(wall) / 60
+    assert (
+        f"the last {len(recorded)} runs took {minutes:.0f} minutes of wall time together by their reports "
+        f"({minutes / len(recorded):.1f} minutes a run)"
+    ) in page_words()
+
+    def clipped(variant: str) -> float:
+        steps = [json.loads(line) for run in study.glob(f"{variant}-s*") for line in (run / "metrics.jsonl").open()]
+        norms = [step["grad_norm"] for step in steps if "grad_norm" in step]
+        return 100 * sum(norm > 1.0 for norm in norms) / len(norms)
+
+    assert f"default study's GRPO and AR runs ({clipped('grpo'):.0f}% and {clipped('ar'):.0f}%)" in page_words()
+    varied = json.loads((ROOT / "results/kk-decomposition/kk-tiny-varied-seed0/run.json").read_text())
+    assert f"the varied recipe's RL took {varied['train_seconds']:.0f} s" in page_words()
