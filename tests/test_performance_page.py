@@ -305,3 +305,16 @@ def test_the_readmes_first_run_figure_is_the_benches_record():
         f"A first run took {new} s (report) on 2 cores of an AMD EPYC with AVX-512 BF16; {avx2} s in fp32 on 2 "
         "AVX2-only cores, before lopti's latest speed-ups" in readme
     )
+
+
+def test_the_tiny_recipes_first_run_is_about_three_minutes():
+    """The README and the getting-started page give the tiny K&K recipe's first run as about 3 minutes on 2 cores:
+    bench/first_run.py's record of it, and the wall time of the run's own report."""
+    record = ROOT / "results/kk-tiny-first-run"
+    printed = (record / "first_run.txt").read_text()
+    (seconds,) = re.findall(r"round 0: (\d+) s", printed)
+    wall, _ = report(record / "run")
+    assert f"Wall time: {wall} s" in printed and bench_machine(printed)["cores"] == 2
+    minutes = round(int(seconds) / 60)
+    assert f"AR + Lopti, about {minutes} minutes |" in (ROOT / "README.md").read_text()
+    assert f"about {minutes} minutes on 2 cores" in (ROOT / "docs/getting-started.md").read_text()
