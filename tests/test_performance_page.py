@@ -318,3 +318,21 @@ def test_the_tiny_recipes_first_run_is_about_three_minutes():
     minutes = round(int(seconds) / 60)
     assert f"AR + Lopti, about {minutes} minutes |" in (ROOT / "README.md").read_text()
     assert f"about {minutes} minutes on 2 cores" in (ROOT / "docs/getting-started.md").read_text()
+
+
+def test_the_cli_guides_eval_figures_are_the_benches_record():
+    """docs/guides/cli.md gives `lopti eval`'s CPU decoding against 🤗 generate as bench/eval_decoding.py printed it,
+    and its greedy accuracy as the one before RL in the default's report on the same CPU."""
+    printed = (ROOT / "results/eval-decoding/eval_decoding.txt").read_text()
+    assert cpu_label(bench_machine(printed)) == "AMD EPYC, AVX-512 BF16"
+    found = re.findall(r"^(\S+): ([\d.]+) s \(([\d.]+)x;.*accuracy ([\d.]+)%$", printed, re.M)
+    rows = {variant: (seconds, ratio, accuracy) for variant, seconds, ratio, accuracy in found}
+    (generate, _, generate_accuracy), (ours, ratio, accuracy) = rows["hf:false:64"], rows["auto:true:64"]
+    assert rows["auto:false:64"][2] == generate_accuracy  # fp32: generate's greedy answers
+    report = (LEVERS / "variant1" / "report.md").read_text()
+    assert re.search(rf"\| greedy accuracy \(100 prompts\) \| {accuracy}% \|", report)
+    guide = words((ROOT / "docs/guides/cli.md").read_text())
+    assert (
+        f"that took {ours} s against {generate} s for 🤗 generate (`--backend hf`), {ratio}×, and gave the "
+        f"report's {accuracy}%" in guide
+    )

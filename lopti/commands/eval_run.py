@@ -9,13 +9,15 @@ another `lopti eval` is writing is refused too (`folder_lock`).
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from contextlib import nullcontext
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from lopti.commands.lengths import check_lengths
+from lopti.cpu import model_decoding, native_bf16
 from lopti.errors import check_number, check_output_folder
-from lopti.evaluation.generation import load_vllm
+from lopti.evaluation.generation import is_vllm, load_vllm
 from lopti.evaluation.scoring import judge_rows, summarise
 from lopti.files import check_folder, claim_folder, folder_lock, write_atomic
 from lopti.models.loading import MODEL_HELP, load_model, load_tokenizer, resolve_model
@@ -60,10 +62,26 @@ class EvalConfig(TaskSettings):
     )
     backend: Literal["auto", "hf"] = field(
         default="auto",
-        metadata={"help": "auto: vLLM when it is installed and a GPU is present, else 🤗 generate; hf: 🤗 generate."},
+        metadata={
+            "help": "auto: vLLM when it is installed and a GPU is present, else lopti train's held-out decoding on the "
+            "CPU (ended answers leave the batch, a prompt prefix all rows share computed once; on bf16 weights under "
+            "bf16) where it applies, else 🤗 generate; hf: 🤗 generate on the model as loaded.",
+        },
+    )
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "With backend auto on the CPU: decode on a bf16 copy of the weights, as lopti train evaluates "
+            "under its bf16; null: where the CPU multiplies bf16 natively, as lopti train chooses. --config takes the "
+            "run's.",
+        },
     )
 
-    RUN_KEYS: ClassVar[dict[str, str]] = {"reward_errors": "reward_errors", "reward_timeout": "reward_timeout"}
+    RUN_KEYS: ClassVar[dict[str, str]] = {
+        "reward_errors": "reward_errors",
+        "reward_timeout": "reward_timeout",
+        "bf16": "bf16",
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -162,6 +180,8 @@ def _claim_folder(out: Path, config: EvalConfig) -> list[dict[str, Any]]:
 def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str, Any]:
     """Evaluate (continuing a previous run in `out`), write eval.json and eval.md, return the metrics."""
     out = check_output_folder(out, "--out")
+    if config.bf16 is None:  # chosen before the folder records the settings: its records say how they were decoded
+        config = replace(config, bf16=native_bf16())
     _check_folder(out, config)
     task = get_task(config.task)
     rows = held_out_rows(config)  # checks the task data before any model is loaded
@@ -181,9 +201,11 @@ def run_eval(config: EvalConfig, out: str | Path, chunk: int = 256) -> dict[str,
         todo = [(index, r) for index, r in enumerate(rows) if r["id"] not in done]
         if todo:
             model = (load_vllm(model_path, config.seed) if config.backend != "hf" else None) or load_model(model_path)
+            lopti_decoding = config.backend == "auto" and not is_vllm(model)
             from tqdm.auto import tqdm
 
             with (
+                model_decoding(model, config.bf16) if lopti_decoding else nullcontext(),
                 (out / "records.jsonl").open("a") as handle,
                 tqdm(total=len(rows), initial=len(done), desc="eval") as bar,
             ):

@@ -6,6 +6,7 @@ engine builds on it (`CpuFastPath` mixed into `LoptiGRPOTrainer`), and a GPU run
 of lopti enters it here only, through these names:
 - `trainer_class`: the trainer for a run's device and `lopti train`'s `cpu_fast_path` setting;
 - `evaluation_generation`: the weights and the generation lopti's held-out evaluation runs on (the rollout's);
+- `model_decoding`: the same decoding for a model evaluated outside a trainer (`lopti eval`);
 - `CpuLoptiGRPOTrainer`: the trainer itself, for code that builds it directly;
 - `with_cpu_precision`, `native_bf16`, `precision_words`, `hardware`: the bf16 choice of a CPU run, its wording in
   a report, and the machine a run.json records.
@@ -26,7 +27,13 @@ require("trl", "lopti.cpu")  # before TRL and accelerate are imported: a missing
 
 from lopti.cpu.fast_path import CpuFastPath  # noqa: E402
 from lopti.cpu.packing import fast_generation, packing_applies  # noqa: E402
-from lopti.cpu.precision import hardware, native_bf16, precision_words, with_cpu_precision  # noqa: E402
+from lopti.cpu.precision import (  # noqa: E402
+    LowPrecisionCopy,
+    hardware,
+    native_bf16,
+    precision_words,
+    with_cpu_precision,
+)
 from lopti.cpu.trainer import CpuLoptiGRPOTrainer  # noqa: E402
 from lopti.train.engines import is_sharded  # noqa: E402
 from lopti.train.trainer import LoptiGRPOTrainer  # noqa: E402
@@ -35,6 +42,7 @@ __all__ = [
     "CpuLoptiGRPOTrainer",
     "evaluation_generation",
     "hardware",
+    "model_decoding",
     "native_bf16",
     "precision_words",
     "trainer_class",
@@ -68,3 +76,15 @@ def evaluation_generation(trainer: LoptiGRPOTrainer) -> tuple[torch.nn.Module, c
         return model, contextlib.nullcontext()
     weights = trainer.generation_weights(model)
     return weights, fast_generation(model, weights, same_draws=False)
+
+
+def model_decoding(model: torch.nn.Module, bf16: bool) -> contextlib.AbstractContextManager:
+    """Return the block in which `model.generate` decodes as `lopti train`'s held-out evaluation does
+    (`evaluation_generation`), for a model loaded outside a trainer: where the fast path applies (`packing_applies`),
+    lopti's sampling loop, on a bf16 copy of the weights under `bf16`; anywhere else no block, so generation is
+    transformers' own. A trained model then scores under `lopti eval` as its run's report says, in a fraction of
+    generate's time on the CPU (bench/eval_decoding.py)."""
+    if not packing_applies(model, model.device):
+        return contextlib.nullcontext()
+    weights = LowPrecisionCopy(torch.bfloat16).of(model) if bf16 else None
+    return fast_generation(model, weights, same_draws=False)

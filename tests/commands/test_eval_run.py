@@ -72,6 +72,7 @@ def test_settings_from_a_run_config_then_the_command_line(tiny_model_dir, tmp_pa
         "model": "tiny", "task": "kk", "people": "2-3", "eval_people": "3", "eval_puzzles": 2, "template": "compact",
         "fixed_names": True, "data_seed": 4, "eval_max_new_tokens": 6, "train_puzzles": 7,
         "temperature": 0.9, "seed": 11, "learning_rate": 0.1, "max_steps": 2,  # the trainer's: not evaluation's
+        "bf16": False,  # the trainer's too, and the precision the run's own evaluation decoded in
     }  # fmt: skip
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(run_config))
@@ -84,7 +85,7 @@ def test_settings_from_a_run_config_then_the_command_line(tiny_model_dir, tmp_pa
     first, second = seen
     assert (first.model, first.people, first.eval_people, first.eval_puzzles) == (str(tiny_model_dir), "2-3", "3", 2)
     assert (first.template, first.fixed_names, first.data_seed, first.eval_max_new_tokens) == ("compact", True, 4, 6)
-    assert (first.temperature, first.seed, first.samples) == (0.0, 0, 1)
+    assert (first.temperature, first.seed, first.samples, first.bf16) == (0.0, 0, 1, False)
     assert (second.eval_puzzles, second.eval_max_new_tokens, second.people) == (1, 9, "2-3")
     run, _ = split({**run_config, "output_dir": str(tmp_path / "run")})
     assert held_out_rows(first) == get_task("kk").rows(run)[1]  # the set `lopti train` evaluated on
@@ -225,3 +226,41 @@ def test_the_limits_come_from_a_run_config(tmp_path):
     path.write_text(yaml.safe_dump({"model": "tiny", "reward_errors": "skip", "reward_timeout": 2.5}))
     settings = from_run_config(path, EvalConfig)
     assert settings["reward_errors"] == "skip" and settings["reward_timeout"] == 2.5
+
+
+@pytest.fixture
+def decodings(monkeypatch):
+    """The dtype of the weights each call of lopti's CPU decoding (`shared_prefill_generate`) generated with."""
+    from lopti.cpu import packing
+
+    seen = []
+    original = packing.shared_prefill_generate
+
+    def spy(model, *args, **kwargs):
+        seen.append(next(model.parameters()).dtype)
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(packing, "shared_prefill_generate", spy)
+    return seen
+
+
+def test_on_the_cpu_lopti_eval_decodes_as_lopti_train_evaluates(config, tmp_path, decodings):
+    """backend auto: lopti's CPU decoding (the held-out evaluation of lopti train), in fp32 the greedy answers of 🤗
+    generate (backend hf); with bf16, on a bf16 copy of the weights."""
+    import torch
+
+    greedy = replace(config, samples=1, temperature=0.0, bf16=False)
+    ours = run_eval(greedy, tmp_path / "auto")
+    assert decodings and set(decodings) == {torch.float32}
+    decodings.clear()
+    theirs = run_eval(replace(greedy, backend="hf"), tmp_path / "hf")
+    assert not decodings and ours == theirs
+    run_eval(replace(greedy, bf16=True), tmp_path / "bf16")
+    assert decodings and set(decodings) == {torch.bfloat16}
+
+
+def test_bf16_left_unset_is_the_cpus_choice_and_recorded(config, tmp_path):
+    from lopti.cpu import native_bf16
+
+    run_eval(replace(config, samples=1, temperature=0.0), tmp_path / "ev")
+    assert json.loads((tmp_path / "ev" / "settings.json").read_text())["bf16"] is native_bf16()
