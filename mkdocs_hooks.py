@@ -3,7 +3,8 @@
 - The settings reference: `<!-- settings: COMMAND -->` in a page becomes the tables of COMMAND's settings, made from
   the same dataclasses, sections, types and defaults that `lopti COMMAND --help` prints.
 - The records: results/ (outside docs/) is published under the site's results/, so the pages link to it as
-  `../results/...` both on the repository and in the site; such links are rewritten to the published copy.
+  `../results/...` both on the repository and in the site; such links are rewritten to the published copy. What git
+  ignores there (a study's weights, checkpoints and logs, gigabytes beside its records) is left out.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -80,20 +82,28 @@ class Record(File):
         return False
 
 
+def records(root: Path = ROOT) -> list[Path]:
+    """Return the files of `root`/results to publish: those git tracks or would track, as its ignore rules leave out
+    what a study writes besides its records; every file there where `root` is no git checkout (an sdist)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "results"],
+            cwd=root, capture_output=True, check=True,
+        ).stdout.decode()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(path for path in (root / "results").rglob("*") if path.is_file())
+    return sorted(root / name for name in set(listed.split("\0")) if name and (root / name).is_file())
+
+
 def on_files(files: Files, config) -> Files:
     """Publish the records under results/ beside the pages, as files the pages may link to."""
-    for path in sorted(RECORDS.rglob("*")):
-        if path.is_file():  # at results/... in the site, read from results/... in the repository
-            uri = path.relative_to(ROOT).as_posix()
-            files.append(
-                Record(
-                    uri,
-                    str(ROOT),
-                    config["site_dir"],
-                    config["use_directory_urls"],
-                    inclusion=InclusionLevel.NOT_IN_NAV,
-                )
+    for path in records():  # at results/... in the site, read from results/... in the repository
+        uri = path.relative_to(ROOT).as_posix()
+        files.append(
+            Record(
+                uri, str(ROOT), config["site_dir"], config["use_directory_urls"], inclusion=InclusionLevel.NOT_IN_NAV
             )
+        )
     return files
 
 

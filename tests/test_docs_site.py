@@ -92,3 +92,22 @@ def test_the_readme_keeps_both_commands():
     assert README[marker + 2].endswith("&& nox -s ci"), "every session of noxfile.py"
     noxfile = (ROOT / "noxfile.py").read_text()
     assert 'session.install("-e", ".[dev,docs]")' in noxfile, "the tests session needs mkdocs for this file"
+
+
+def test_the_site_publishes_the_records_git_keeps_not_a_studys_weights(tmp_path):
+    """results/ in the site: what git tracks or would track, not what it ignores (weights beside a study's records)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from mkdocs_hooks import records
+    finally:
+        sys.path.remove(str(ROOT))
+    for name in ("results/study/results.md", "results/study/runs/s0/report.md", "results/study/runs/s0/final/w.bin"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    (tmp_path / ".gitignore").write_text("results/**/final/\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "results/study/results.md"], check=True)
+    published = [path.relative_to(tmp_path).as_posix() for path in records(tmp_path)]
+    assert published == ["results/study/results.md", "results/study/runs/s0/report.md"]
+    (tmp_path / ".git").rename(tmp_path / "not-git")  # an sdist: every file
+    assert len(records(tmp_path)) == 3
