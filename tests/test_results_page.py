@@ -402,3 +402,23 @@ def test_the_pages_counts_and_times_are_their_records():
     assert f"default study's GRPO and AR runs ({clipped('grpo'):.0f}% and {clipped('ar'):.0f}%)" in page_words()
     varied = json.loads((ROOT / "results/kk-decomposition/kk-tiny-varied-seed0/run.json").read_text())
     assert f"the varied recipe's RL took {varied['train_seconds']:.0f} s" in page_words()
+
+
+def test_the_default_studys_machine_comparison_is_its_record():
+    """The page's account of the registered default study's machines: its results.md's test, the recorded runs'
+    seeds and count."""
+    study = ROOT / "results/study-default"
+    record = (study / "results.md").read_text()
+    machines = re.search(r"Machines: not recorded: (\d+) runs; AMD EPYC \(native bf16\): (\d+) runs\.", record)
+    after = re.search(r"after RL, AMD EPYC \(native bf16\) − not recorded, .*?: ([+-][\d.]+) points, permutation "
+                      r"p = ([\d.]+)", record)  # fmt: skip
+    recorded = [
+        run.name for run in (study / "runs").iterdir() if "hardware" in json.loads((run / "run.json").read_text())
+    ]
+    seeds = sorted({int(name.rsplit("-s", 1)[1]) for name in recorded})
+    unrecorded, count = machines.groups()
+    assert int(count) == len(recorded)
+    assert (
+        f"Those {count} runs, seeds {seeds[0]}–{seeds[-1]}, end {after[1]} points higher in greedy accuracy than the "
+        f"other {unrecorded} within each variant (permutation p = {after[2]} in the study's results.md)"
+    ) in page_words()

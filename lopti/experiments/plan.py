@@ -4,8 +4,10 @@ writes it with its hash to plan.json in the study's folder.
 The plan names the variants and seeds, the data split and the held-out set (the recipe's data settings; the
 whole recipe is in it too), the primary comparisons and their metric, the test, α, the correction, and the
 exclusion and collapse rules. A later `lopti compare` into the folder recomputes the plan from its own settings
-and refuses to run when the hash differs, so a study cannot gain seeds, change a setting or swap its primary
-metric after its results are seen; results.md cites the hash. Commit plan.json before the first run: the
+and refuses to run when it differs from the registered one, so a study cannot gain seeds, change a setting or swap
+its primary metric after its results are seen; results.md cites the hash. Plans are compared value by value: a
+setting the command line's flag reads as 8.0 is the 8 a plan registered from a recipe holds (TRL types
+`save_steps` and `logging_steps` as floats), though the two hash differently. Commit plan.json before the first run: the
 history then shows it came first.
 """
 
@@ -111,12 +113,12 @@ def _changed(registered: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 
 def check_registered(out: Path, plan: dict[str, Any]) -> str | None:
-    """Return the hash of `out`'s registered plan when `plan` is it (None for an unregistered study); raise a
-    UserError naming what changed when it is not."""
+    """Return the hash of `out`'s registered plan when `plan` has its values (None for an unregistered study);
+    raise a UserError naming what changed when it has not."""
     record = read_plan(out)
     if record is None:
         return None
-    if record["hash"] != plan_hash(plan):
+    if record["plan"] != plan:
         raise UserError(
             f"{out} holds a study registered with plan {record['hash'][:12]}; these settings change its "
             f"{', '.join(_changed(record['plan'], plan))}; a registered plan cannot change: register a new study "

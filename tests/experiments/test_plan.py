@@ -124,3 +124,44 @@ def test_a_grid_is_not_registered_as_a_whole(tmp_path, capsys):
     assert main(argv) == 2
     assert "--register: register each grid point's study on its own" in capsys.readouterr().err
     assert not (tmp_path / "g").exists()
+
+
+def test_a_value_read_as_a_float_is_the_registered_integer(registered, monkeypatch):
+    """TRL types save_steps and logging_steps as floats, so a recipe's 8 reaches the plan as 8.0: the same value,
+    though its JSON, and so its hash, differ. The study continues; a changed value is still refused."""
+    out, argv, _ = registered
+    path = out / "plan.json"
+    record = json.loads(path.read_text())
+    record["plan"]["recipe"]["logging_steps"] = int(record["plan"]["recipe"]["logging_steps"])
+    digest = hashlib.sha256(json.dumps(record["plan"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    path.write_text(json.dumps({"plan": record["plan"], "hash": digest}))
+    monkeypatch.setattr(compare, "train_settings", finish_run)
+    assert main(argv) == 0
+    assert main([*argv, "--logging_steps", "2"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("study", "config", "settings"),
+    [
+        ("study-default", "math-smollm2-ar-cpu", {"eval_puzzles": 500, "eval_sampled_prompts": 200}),
+        ("study-varied-split", "kk-tiny-varied-cpu", {}),
+    ],
+)
+def test_the_registered_studies_continue_with_the_commands_the_results_page_gives(study, config, settings):
+    """docs/results.md's command of each registered study passes its plan check, so it continues the study."""
+    from lopti.experiments.plan import check_registered, study_plan
+    from lopti.experiments.study import study_base
+
+    root = Path(__file__).parents[2]
+    registered = json.loads((root / "results" / study / "plan.json").read_text())
+    plan = registered["plan"]
+    page = " ".join((root / "docs/results.md").read_text().split()).replace("\\ ", "")
+    flags = " ".join(f"--{key} {value}" for key, value in settings.items())
+    command = f"lopti compare --config configs/{config}.yaml --variants {','.join(plan['variants'])} " + (
+        f"{flags} " if flags else ""
+    )
+    assert command + f"--seeds {','.join(map(str, plan['seeds']))}" in page
+    base = study_base(root / "configs" / f"{config}.yaml", settings, plan["variants"])
+    primary = plan["primary_comparisons"]
+    now = study_plan(base, plan["variants"], plan["seeds"], primary, plan["primary_metric"], plan["alpha"])
+    assert check_registered(root / "results" / study, now) == registered["hash"]
