@@ -322,7 +322,8 @@ def test_the_tiny_recipes_first_run_is_about_three_minutes():
 
 def test_the_cli_guides_eval_figures_are_the_benches_record():
     """docs/guides/cli.md gives `lopti eval`'s CPU decoding against 🤗 generate as bench/eval_decoding.py printed it,
-    and its greedy accuracy as the one before RL in the default's report on the same CPU."""
+    and its greedy accuracy as the one before RL in the default's report on the same CPU; on a trained default run,
+    `lopti eval` scored what the run's own evaluation after RL did."""
     printed = (ROOT / "results/eval-decoding/eval_decoding.txt").read_text()
     assert cpu_label(bench_machine(printed)) == "AMD EPYC, AVX-512 BF16"
     found = re.findall(r"^(\S+): ([\d.]+) s \(([\d.]+)x;.*accuracy ([\d.]+)%$", printed, re.M)
@@ -331,6 +332,9 @@ def test_the_cli_guides_eval_figures_are_the_benches_record():
     assert rows["auto:false:64"][2] == generate_accuracy  # fp32: generate's greedy answers
     report = (LEVERS / "variant1" / "report.md").read_text()
     assert re.search(rf"\| greedy accuracy \(100 prompts\) \| {accuracy}% \|", report)
+    trained = ROOT / "results/eval-decoding/trained"
+    own, evaluated = (json.loads((trained / name).read_text())["overall"] for name in ("eval_after.json", "eval.json"))
+    assert all(own[key] == evaluated[key] for key in ("accuracy", "length", "format_error", "n"))
     guide = words((ROOT / "docs/guides/cli.md").read_text())
     assert (
         f"that took {ours} s against {generate} s for 🤗 generate (`--backend hf`), {ratio}×, and gave the "
