@@ -92,7 +92,7 @@ def records(root: Path = ROOT) -> list[Path]:
         ).stdout.decode()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return sorted(path for path in (root / "results").rglob("*") if path.is_file())
-    return sorted(root / name for name in set(listed.split("\0")) if name and (root / name).is_file())
+    return sorted(root / name for name in listed.split("\0") if name and (root / name).is_file())
 
 
 def on_files(files: Files, config) -> Files:
