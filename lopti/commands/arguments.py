@@ -13,9 +13,10 @@ changes it.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -63,6 +64,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 TYPE_WORDS = {"int": "a whole number", "float": "a number", "string_to_bool": "true or false"}  # the flags' types
 
 
+def whole_as_written(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Return a float flag's conversion that reads "8" as 8, as written, not 8.0 (TRL types save_steps as a float, for
+    a ratio below 1), so that a run's config.yaml records it as given."""
+
+    @functools.wraps(convert)  # argparse names the type in its errors: "float"
+    def converted(text: str) -> Any:
+        return int(text) if re.fullmatch(r"[-+]?[0-9]+", text.strip()) else convert(text)
+
+    return converted
+
+
 class SettingsLayer:
     """What lopti adds to an HfArgumentParser: mistakes in one line, settings files read as the command line is, and
     the settings given apart from the defaults. A mixin before the parser class: `class P(SettingsLayer, TrlParser)`."""
@@ -76,6 +88,8 @@ class SettingsLayer:
         for action in self.flags.values():
             action.help = (action.help or "").replace("%", "%%")  # argparse formats the help with %
             action.required = False  # a --config file may give it: `build` names what neither gave
+            if getattr(action.type, "__name__", None) == "float":  # float, or transformers' wrapper of it
+                action.type = whole_as_written(action.type)
         # --help: each class's own settings before those it inherits (LoptiGRPOConfig's before TRL's ~200)
         own = set().union(*(inspect.get_annotations(kind) for kind in self.dataclass_types))
         for group in self._action_groups:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lopti.commands.arguments import load_yaml
-from lopti.commands.settings import RunConfig, split
+from lopti.commands.settings import RunConfig
 from lopti.run_folder import checkpoint_step, last_complete_checkpoint
 from lopti.train.config import LoptiGRPOConfig
 
@@ -32,17 +32,12 @@ def _defaults() -> dict[str, Any]:
     return values
 
 
-def _normalized(run: RunConfig, trainer_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Return every key of a run's settings as the run reads it (defaults filled in, rewards as a list)."""
-    return {**_defaults(), **trainer_kwargs, **dataclasses.asdict(run)}
-
-
-def check_resume_settings(run_dir: Path, run: RunConfig, trainer_kwargs: dict[str, Any]) -> None:
+def check_resume_settings(run_dir: Path, settings: dict[str, Any]) -> None:
     """Raise a ValueError naming each setting that differs from the run's config.yaml and may not change."""
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"--resume: {path} does not exist, so the run's settings are unknown")
-    stored, given = _normalized(*split(load_yaml(path))), _normalized(run, trainer_kwargs)
+    stored, given = _defaults() | load_yaml(path), _defaults() | settings
     changed = sorted(k for k in (set(stored) | set(given)) - RESUME_MAY_CHANGE if stored.get(k) != given.get(k))
     if changed:
         details = ", ".join(f"{key} ({stored.get(key)!r} there, {given.get(key)!r} now)" for key in changed)
@@ -52,13 +47,13 @@ def check_resume_settings(run_dir: Path, run: RunConfig, trainer_kwargs: dict[st
         )
 
 
-def resume_point(run_dir: Path, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Path:
+def resume_point(run_dir: Path, settings: dict[str, Any], max_steps: int) -> Path:
     """Return the checkpoint to resume from, after checking the settings; name each checkpoint passed over."""
     checkpoint = last_complete_checkpoint(run_dir, skipped=lambda folder, why: print(f"{folder.name} not used: {why}"))
     if checkpoint is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint in {run_dir}")
-    check_resume_settings(run_dir, run, trainer_kwargs)
-    step, max_steps = checkpoint_step(checkpoint), int(trainer_kwargs.get("max_steps", -1))
+    check_resume_settings(run_dir, settings)
+    step = checkpoint_step(checkpoint)
     if 0 < max_steps < step:
         raise ValueError(
             f"--resume: {checkpoint} is at step {step}, past max_steps {max_steps}; a run cannot be shortened"

@@ -126,22 +126,20 @@ def peft_config(run: RunConfig):
     )
 
 
-def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) -> Training:
-    """Return a ready trainer and its held-out rows; every check that needs no compute happens first."""
-    weights = trainer_kwargs.pop("reward_weights", None)
-    args = LoptiGRPOConfig(**trainer_kwargs, reward_weights=None)
+def build_trainer(task: Task, run: RunConfig, args: LoptiGRPOConfig) -> Training:
+    """Return a ready trainer and its held-out rows; every check that needs no compute happens first. The trainer's
+    reward weights are `args`'s with the task's accuracy reward added (weight 0)."""
     train, evaluation = task_datasets(task, run)
     check_one_batch(len(train), args)
     model_path = resolve_model(run.model)  # may build an embedded model: only after every cheap check
-    run_dir = Path(args.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(model_path)
     budgets = {"max_completion_length": args.max_completion_length}
     if run.evaluate:
         budgets["eval_max_new_tokens"] = run.eval_max_new_tokens
     prompts = [*train["prompt"], *(evaluation["prompt"] if run.evaluate else [])]
     check_lengths(run.model, model_path, tokenizer, prompts, budgets)
-    funcs, args.reward_weights = task_rewards(task, run, weights, tokenizer)
+    funcs, args.reward_weights = task_rewards(task, run, args.reward_weights, tokenizer)
     trainer = trainer_class(args.device, run.cpu_fast_path)(
         model=load_model(model_path),
         reward_funcs=funcs,
@@ -150,7 +148,7 @@ def build_trainer(task: Task, run: RunConfig, trainer_kwargs: dict[str, Any]) ->
         eval_dataset=evaluation if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config(run),
-        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run, task)],
+        callbacks=[MetricsLog(Path(args.output_dir) / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run, task)],
     )
     use_lopti_console(trainer, "RL", rl_columns(task.accuracy_metric(), args.probability_buckets))
     return Training(trainer, task, evaluation, model_path)
@@ -160,21 +158,15 @@ def train(settings: dict[str, Any]) -> Path:
     """Train the run `settings` describe (a recipe's, then flags', with output_dir and bf16 decided), and return
     its folder; with resume, finish an interrupted or finished run (see above)."""
     run, trainer_kwargs = split(settings)  # every value checked before anything else
-    run_dir = Path(trainer_kwargs["output_dir"])
+    args = LoptiGRPOConfig(**trainer_kwargs)
     main_process = int(os.environ.get("RANK", "0")) == 0
-    with folder_lock(run_dir) if main_process else contextlib.nullcontext():
-        return _train_locked(run_dir, get_task(run.task), run, trainer_kwargs, settings, main_process)
+    with folder_lock(Path(args.output_dir)) if main_process else contextlib.nullcontext():
+        return _train_locked(run, args, settings, main_process)
 
 
-def _train_locked(
-    run_dir: Path,
-    task: Task,
-    run: RunConfig,
-    trainer_kwargs: dict[str, Any],
-    settings: dict[str, Any],
-    main_process: bool,
-) -> Path:
-    checkpoint = resume_point(run_dir, run, trainer_kwargs) if run.resume else None
+def _train_locked(run: RunConfig, args: LoptiGRPOConfig, settings: dict[str, Any], main_process: bool) -> Path:
+    run_dir, task = Path(args.output_dir), get_task(run.task)
+    checkpoint = resume_point(run_dir, settings, args.max_steps) if run.resume else None
     if not run.resume and (last_complete_checkpoint(run_dir) is not None or (run_dir / "run.json").exists()):
         raise ValueError(
             f"{run_dir} already holds checkpoints or a finished run; "
@@ -188,7 +180,7 @@ def _train_locked(
         if main_process:
             saved = ("eval_before.json", "eval_after.json") if todo else ()  # todo: report.md, from the two
             evaluations = [saved_eval(run_dir / name, run) for name in saved]
-            write_outputs(run_dir, run, task, LoptiGRPOConfig(**trainer_kwargs), evaluations, seconds)
+            write_outputs(run_dir, run, task, args, evaluations, seconds)
         print(f"{run_dir}: finished; {'wrote ' + ', '.join(todo) if todo else 'nothing left to do'}")
         return run_dir
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(run_dir / "tensorboard")  # read by the Trainer's tensorboard hook
@@ -197,7 +189,7 @@ def _train_locked(
     elif main_process:
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # left by a run killed before its first checkpoint
     started = time.time()
-    training = build_trainer(task, run, dict(trainer_kwargs))
+    training = build_trainer(task, run, args)
     trainer = training.trainer
     seconds["setup"] = time.time() - started
     end_group = end_wait_group(trainer)
@@ -229,7 +221,7 @@ def _train_locked(
     if run.evaluate and (main_process or is_sharded(trainer)):
         evaluations.append(held_out_eval(training, run, run_dir / "eval_after.json", seconds))
     if main_process:
-        write_outputs(run_dir, run, task, trainer.args, evaluations, seconds)
+        write_outputs(run_dir, run, task, args, evaluations, seconds)
     end_together(trainer, end_group)
     return run_dir
 

@@ -138,3 +138,29 @@ def test_save_strategy_no_is_the_strategy_on_the_command_line_and_in_a_recipe(tm
     assert resolve(recipe, {})["save_strategy"] == "no"
     flags = train_parser().given(["--save_strategy", "no", "--output_dir", str(tmp_path / "run")])[0]
     assert split(resolve(None, flags))[1]["save_strategy"] == "no"
+
+
+def test_a_float_setting_written_as_a_whole_number_stays_one_from_a_file_and_a_flag():
+    """TRL types save_steps as a float (a ratio below 1): "8" is kept as 8, so a run's config.yaml records the recipe's
+    value as written; "0.25", "1e-5" and "null" convert as before."""
+    assert (
+        given(["--target", "a", "--rate", "0"]) == {"target": "a", "rate": 0}
+        and type(given(["--rate", "0"])["rate"]) is int
+    )
+    assert (
+        parser().typed({"rate": 8}, "recipe.yaml")["rate"] == 8
+        and type(parser().typed({"rate": 8}, "r")["rate"]) is int
+    )
+    assert given(["--rate", "0.25"])["rate"] == 0.25 and given(["--rate", "1e-5"])["rate"] == 1e-5
+    assert given(["--rate", "null"])["rate"] is None
+    with pytest.raises(ValueError, match=r"^command line: rate must be a number, got 'fast'$"):
+        given(["--rate", "fast"])
+
+
+def test_the_default_recipes_run_config_records_its_whole_numbers_as_written():
+    from lopti.commands.settings import default_recipe, train_settings
+
+    settings, _ = train_settings(None, {"output_dir": "unused"})
+    assert load_yaml(default_recipe())["save_steps"] == 8
+    assert type(settings["save_steps"]) is int and type(settings["logging_steps"]) is int
+    assert type(settings["learning_rate"]) is float

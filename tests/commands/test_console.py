@@ -177,7 +177,7 @@ def test_lopti_train_prints_compact_lines_and_writes_its_own_card(tiny_model_dir
         disable_tqdm=True, output_dir=str(tmp_path / "run"),
     )  # fmt: skip
     run, trainer_kwargs = split(settings)
-    trainer = run_module.build_trainer(get_task(run.task), run, dict(trainer_kwargs)).trainer
+    trainer = run_module.build_trainer(get_task(run.task), run, LoptiGRPOConfig(**trainer_kwargs)).trainer
     assert isinstance(trainer, CpuLoptiGRPOTrainer)  # on the CPU, lopti train takes the fast path
     kinds = {type(c) for c in trainer.callback_handler.callbacks}
     assert ConsoleCallback in kinds and not kinds & {ProgressCallback, PrinterCallback}

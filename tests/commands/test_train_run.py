@@ -22,6 +22,7 @@ from lopti.cpu import CpuLoptiGRPOTrainer, evaluation_generation
 from lopti.cpu.precision import cpu_kind
 from lopti.run_folder import last_complete_checkpoint
 from lopti.tasks.registry import get_task
+from lopti.train.config import LoptiGRPOConfig
 from lopti.train.trainer import LoptiGRPOTrainer, untied_missing_keys
 
 
@@ -283,7 +284,7 @@ def test_cpu_fast_path_is_a_run_setting_that_picks_the_trainer_and_its_evaluatio
     CpuLoptiGRPOTrainer, whose held-out evaluation generates on the fast path, or LoptiGRPOTrainer, whose does not."""
     run, trainer_kwargs = split_settings({**settings, "cpu_fast_path": fast})
     assert run.cpu_fast_path is fast and "cpu_fast_path" not in trainer_kwargs
-    trainer = run_module.build_trainer(get_task(run.task), run, dict(trainer_kwargs)).trainer
+    trainer = run_module.build_trainer(get_task(run.task), run, LoptiGRPOConfig(**trainer_kwargs)).trainer
     assert type(trainer) is (CpuLoptiGRPOTrainer if fast else LoptiGRPOTrainer)
     weights, generation = evaluation_generation(trainer)
     assert weights is trainer.accelerator.unwrap_model(trainer.model)  # fp32: no bf16 copy
