@@ -30,6 +30,7 @@ from lopti.commands.arguments import SettingsLoader
 from lopti.commands.settings import default_recipe, resolve, split
 from lopti.commands.train_run import build_trainer
 from lopti.tasks.registry import get_task
+from lopti.train.config import LoptiGRPOConfig
 
 COMPONENTS = (
     "generation", "old log-prob forward", "rewards", "other scoring", "update forwards", "loss and metrics",
@@ -66,7 +67,7 @@ def one_run(config: str, changes: dict, batches: int, cpu_fast_path: bool) -> di
     settings |= {"max_steps": passes * batches, "output_dir": f"/tmp/lopti-bench/profile-{cpu_fast_path}",
                  "report_to": [], "save_strategy": "no", "evaluate": False, "cpu_fast_path": cpu_fast_path}  # fmt: skip
     run, trainer_kwargs = split(settings)
-    trainer = build_trainer(get_task(run.task), run, trainer_kwargs).trainer
+    trainer = build_trainer(get_task(run.task), run, LoptiGRPOConfig(**trainer_kwargs)).trainer
     times = collections.defaultdict(list)
     for name, label in (("_generate_single_turn", "generate"), ("_generate_and_score_completions", "scoring"),
                         ("_calculate_rewards", "rewards"), ("training_step", "training_step")):  # fmt: skip

@@ -5,10 +5,10 @@ The plan names the variants and seeds, the data split and the held-out set (the 
 whole recipe is in it too), the primary comparisons and their metric, the test, α, the correction, and the
 exclusion and collapse rules. A later `lopti compare` into the folder recomputes the plan from its own settings
 and refuses to run when it differs from the registered one, so a study cannot gain seeds, change a setting or swap
-its primary metric after its results are seen; results.md cites the hash. Plans are compared value by value, as a
-recipe's `save_steps: 8` reaches them as 8.0 (TRL types the setting a float, and its flag reads the file) where a plan
-registered earlier holds 8: the same value, hashed differently. Commit plan.json before the first run: the history
-then shows it came first.
+its primary metric after its results are seen; results.md cites the hash. Plans are compared value by value, so a
+plan that holds a float setting as 8.0 (TRL types save_steps a float) and one that holds it as 8, as its recipe wrote
+it, are the same plan: the same values, hashed differently. Commit plan.json before the first run: the history then
+shows it came first.
 """
 
 from __future__ import annotations

@@ -66,6 +66,10 @@ def test_valid_lopti_setup():
             dict(lopti=True, num_iterations=2, save_strategy="steps", save_steps=3),
             "save_steps \\(3\\) must be a multiple of .* = 2",
         ),
+        (  # 1.0 is one step, as 1 is (below 1 a share of the run's steps)
+            dict(lopti=True, num_iterations=2, save_strategy="steps", save_steps=1.0),
+            "save_steps \\(1.0\\) must be a multiple of .* = 2",
+        ),
         (
             dict(per_device_train_batch_size=6, num_generations=4),
             "per_device_train_batch_size 6 × 1 process\\(es\\) × steps_per_generation 1 = 6",
