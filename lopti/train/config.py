@@ -391,8 +391,7 @@ class LoptiGRPOConfig(GRPOConfig):
                 f"({self.gradient_accumulation_steps})"
             )
         cycle = 2 * self.steps_per_generation // max(self.gradient_accumulation_steps, 1)
-        # below 1, save_steps is a share of the run's steps (TrainingArguments), not a number of them: not checked
-        if self.save_strategy == "steps" and self.save_steps >= 1 and self.save_steps % cycle != 0:
+        if self.save_strategy == "steps" and self.save_steps >= 1 and self.save_steps % cycle != 0:  # < 1: a share
             problems.append(
                 f"with lopti=True a checkpoint must fall between two generated batches, so that a resumed run "
                 f"starts a fresh batch in phase 1: save_steps ({self.save_steps}) must be a multiple of "
