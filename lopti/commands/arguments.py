@@ -70,7 +70,10 @@ def whole_as_written(convert: Callable[[str], Any]) -> Callable[[str], Any]:
 
     @functools.wraps(convert)  # argparse names the type in its errors: "float"
     def converted(text: str) -> Any:
-        return int(text) if re.fullmatch(r"[-+]?[0-9]+", text.strip()) else convert(text)
+        try:
+            return int(text)
+        except ValueError:  # "0.25", "1e-5", "null", or a mistake the flag's own conversion words
+            return convert(text)
 
     return converted
 

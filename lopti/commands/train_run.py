@@ -132,7 +132,8 @@ def build_trainer(task: Task, run: RunConfig, args: LoptiGRPOConfig) -> Training
     train, evaluation = task_datasets(task, run)
     check_one_batch(len(train), args)
     model_path = resolve_model(run.model)  # may build an embedded model: only after every cheap check
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    run_dir = Path(args.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(model_path)
     budgets = {"max_completion_length": args.max_completion_length}
     if run.evaluate:
@@ -148,7 +149,7 @@ def build_trainer(task: Task, run: RunConfig, args: LoptiGRPOConfig) -> Training
         eval_dataset=evaluation if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         peft_config=peft_config(run),
-        callbacks=[MetricsLog(Path(args.output_dir) / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run, task)],
+        callbacks=[MetricsLog(run_dir / "metrics.jsonl"), StopAtMaxSteps(), LoptiModelCard(run, task)],
     )
     use_lopti_console(trainer, "RL", rl_columns(task.accuracy_metric(), args.probability_buckets))
     return Training(trainer, task, evaluation, model_path)
