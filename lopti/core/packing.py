@@ -34,6 +34,7 @@ class PackedRows:
     shift_labels: torch.Tensor  # (S, L): the token each position predicts, IGNORED where none
     sources: torch.Tensor  # (N,)
     targets: torch.Tensor  # (N,)
+    row_groups: torch.Tensor  # (B,): the packed row that holds each original row's completion
 
 
 def _is_suffix_mask(mask: torch.Tensor) -> bool:
@@ -106,6 +107,7 @@ def pack_shared_prompts(
         shift_labels=shift_labels.to(device),
         sources=source_index.to(device),
         targets=target_index.to(device),
+        row_groups=group_of_row.to(device),
     )
 
 

@@ -14,7 +14,9 @@ generate's very tokens for the same seed). It overrides four TRL methods:
 - `_generate_and_score_completions`: where TRL would run a forward for the old log-probs that the first pass's own
   forward gives (`skips_old_forward`), that forward is left out ...
 - `_compute_loss`: ... and the first pass's log-probs are kept as the micro-batch's `old_per_token_logps` for the
-  later passes.
+  later passes; the rows the loss gives no gradient (`_rows_without_gradient`, which the trainer that defines the
+  loss answers: lopti's, for a group whose rewards tie) run their forward without autograd, so the backward skips
+  them.
 It acts only where `packing_applies`: the device is the CPU, and the model is a plain (not PEFT) sdpa model without
 extra inputs (images, the MoE loss) whose layers are all full attention (`model_problem`); the rollout, also only
 for sampling or greedy decoding with the cache it builds itself (`generation_problem`); never for a model sharded
@@ -93,6 +95,9 @@ class CpuFastPath:
     # ... and during `_compute_loss` on the first pass over such a batch, the pass's log-probs become the
     # micro-batch's old ones (TRL's `inputs`, a dict TRL reuses for the later passes).
     _first_pass_batch: dict[str, Any] | None = None
+    # ... and during `_compute_loss` with autograd on, the micro-batch's rows that its loss gives no gradient
+    # (`_rows_without_gradient`), whose forward then runs without autograd.
+    _frozen_rows: torch.Tensor | None = None
     # Why it left calls to TRL, each logged once.
     _fast_path_notes: frozenset[str] = frozenset()
     # The bf16 copy of the weights that generation runs on under `bf16` (`generation_weights`).
@@ -139,10 +144,17 @@ class CpuFastPath:
             and skips_old_forward(self.args, self.num_iterations)
         )
         self._first_pass_batch = inputs if first_pass else None
+        self._frozen_rows = self._rows_without_gradient(inputs) if torch.is_grad_enabled() else None
         try:
             return super()._compute_loss(model, inputs)
         finally:
-            self._first_pass_batch = None
+            self._first_pass_batch, self._frozen_rows = None, None
+
+    def _rows_without_gradient(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """Return which rows of a micro-batch the loss gives no gradient (bool per row), whose log-prob forward then
+        runs without autograd, or None where that is not known. Only the trainer that defines the loss can say;
+        here nothing is known."""
+        return None
 
     # --- TRL override: the log-prob forward on the packed layout, where it applies.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -174,10 +186,12 @@ class CpuFastPath:
         problem = f"model inputs beyond the tokens ({', '.join(extra)})" if extra else None
         if not self._fast_path_applies(model, input_ids.device, problem):
             return None
+        frozen = self._frozen_rows  # for the loss's own forward over the micro-batch, not any other in it
+        frozen = frozen if frozen is not None and len(frozen) == len(input_ids) else None
         with self.accelerator.autocast():
             packed = packing.packed_log_probs(
                 model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
-                batch_size or len(input_ids), self.temperature,
+                batch_size or len(input_ids), self.temperature, frozen, self.accelerator.unwrap_model(model),
             )  # fmt: skip
         return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
 

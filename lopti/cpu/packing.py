@@ -21,7 +21,7 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import DynamicCache
 
-from lopti.core.packing import IGNORED, pack_shared_prompts, unpack
+from lopti.core.packing import IGNORED, PackedRows, pack_shared_prompts, unpack
 from lopti.cpu.decode import CACHE_KEYWORD, sample_unfinished_rows, sampling_cache
 
 # The most answer positions preallocated ahead (the longest budget of the shipped recipes); longer generations grow.
@@ -39,6 +39,8 @@ def packed_log_probs(
     pad_token_id: int,
     chunk_rows: int,
     temperature: float = 1.0,
+    frozen: torch.Tensor | None = None,
+    frozen_model: torch.nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
     """Return (log-probs, entropies, log Σ p²) of the completion tokens at `temperature`, as TRL's fused LM head
     gives them for the padded rows, computed with each prompt once per chunk of `chunk_rows` rows; None if no chunk
@@ -49,7 +51,19 @@ def packed_log_probs(
     fused head would avoid holding them, at a cost the CPU pays in full: without Triton it scores every position,
     prompts and padding too, and accumulates its gradient in fp32 products; the completions' logits of a CPU batch
     take a few hundred MB.
+
+    `frozen` (bool per row) marks the rows whose log-probs the caller's loss gives no gradient: a prompt whose rows
+    are all frozen runs its forward without autograd, so the backward skips it. If every row is frozen, one prompt
+    keeps autograd: the loss then still reaches every weight with the zero gradient the padded forward gives it (an
+    optimizer step passes over a weight without a gradient, where Adam's moments would have moved it).
+    `frozen_model` runs the forward without autograd (`model` if None): the model out of its DDP wrapper, whose
+    forward joins the processes' collectives, so that every process runs one wrapped forward per chunk whatever its
+    rewards.
     """
+    completes = attention_mask[:, -completion_length:].any(dim=1)
+    if frozen is not None and bool((frozen | ~completes).all()):
+        frozen = frozen.clone()
+        frozen[int(completes.int().argmax())] = False
     chunks = []
     for start in range(0, input_ids.size(0), chunk_rows):
         ids, mask = input_ids[start : start + chunk_rows], attention_mask[start : start + chunk_rows]
@@ -58,26 +72,46 @@ def packed_log_probs(
         packed = pack_shared_prompts(ids, mask, completion_length, pad_token_id)
         if packed is None:
             return None
-        chunks.append((packed, len(ids)))
+        learning = torch.ones(len(packed.input_ids), dtype=torch.bool, device=ids.device)
+        if frozen is not None:
+            learning[:] = False
+            learning[packed.row_groups[~frozen[start : start + chunk_rows]]] = True
+        chunks.append((packed, len(ids), learning))
     outputs = []
-    for packed, rows in chunks:
+    for packed, rows, learning in chunks:
         scored = packed.shift_labels != IGNORED
         # the LM head only from the first column any row scores: the prompt's other positions need no vocabulary
         kept = scored.size(1) - int(scored.any(dim=0).int().argmax())
-        logits = model(
-            input_ids=packed.input_ids,
-            attention_mask=packed.attention_mask,
-            position_ids=packed.position_ids,
-            use_cache=False,
-            logits_to_keep=kept,
-        ).logits
-        labels, kept_scored = packed.shift_labels[:, -kept:], scored[:, -kept:]
-        fields = token_statistics(logits[kept_scored], labels[kept_scored], temperature)
-        outputs.append(
-            [unpack(logits.new_zeros(scored.shape, dtype=values.dtype).masked_scatter(scored, values), packed, rows,
-                    completion_length) for values in fields]
-        )  # fmt: skip
+        parts = []
+        for selected, gradient in ((learning, True), (~learning, False)):
+            index = selected.nonzero().flatten()
+            if len(index):
+                runs = model if gradient else frozen_model or model
+                with torch.set_grad_enabled(gradient and torch.is_grad_enabled()):
+                    parts.append((index, _packed_statistics(runs, packed, index, kept, temperature)))
+        order = torch.cat([index for index, _ in parts]).argsort()
+        grids = [torch.cat(part)[order] for part in zip(*(fields for _, fields in parts), strict=True)]
+        outputs.append([unpack(grid, packed, rows, completion_length) for grid in grids])
     return tuple(torch.cat(parts) for parts in zip(*outputs, strict=True))
+
+
+def _packed_statistics(
+    model: torch.nn.Module, packed: PackedRows, index: torch.Tensor, kept: int, temperature: float
+) -> list[torch.Tensor]:
+    """Return (log π, entropy, log Σ p²) at every position of the packed rows `index`, each (len(index), width), 0
+    where no token is scored; the model's LM head scores the last `kept` columns."""
+    labels = packed.shift_labels[index]
+    scored = labels != IGNORED
+    logits = model(
+        input_ids=packed.input_ids[index],
+        attention_mask=packed.attention_mask[index],
+        position_ids=packed.position_ids[index],
+        use_cache=False,
+        logits_to_keep=kept,
+    ).logits
+    kept_scored = scored[:, -kept:]
+    fields = token_statistics(logits[kept_scored], labels[:, -kept:][kept_scored], temperature)
+    return [logits.new_zeros(scored.shape, dtype=values.dtype).masked_scatter(scored, values) for values in fields]
 
 
 def token_statistics(

@@ -21,6 +21,16 @@ class CpuLoptiGRPOTrainer(CpuFastPath, LoptiGRPOTrainer):
     apply, every call is LoptiGRPOTrainer's own.
     """
 
+    def _rows_without_gradient(self, inputs: dict) -> torch.Tensor | None:
+        # lopti's objective is each token's advantage times a function of its ratio, unless a KL or entropy term, a
+        # credit step, the MoE loss or TRL's own loss adds more: then a response whose advantages are all zero (its
+        # group's rewards tie) gets no gradient
+        more_terms = self.beta != 0.0 or self.args.entropy_coef != 0.0 or self.aux_loss_enabled
+        if more_terms or self._credit_steps or self._trl_loss:
+            return None
+        advantages = inputs["advantages"]
+        return advantages.eq(0).all(dim=1) if advantages.dim() == 2 else advantages.eq(0)
+
     def _after_packed_pass(self, logps: torch.Tensor, log_sum_sq: torch.Tensor | None) -> None:
         # the packed pass stands in for TRL's, which LoptiGRPOTrainer observes for its metrics: hand it this one
         self.observe_log_prob_pass(logps, log_sum_sq)

@@ -65,6 +65,48 @@ def test_packed_forward_gives_the_padded_log_probs_and_gradients(tiny_model_dir)
         assert (ours - theirs).norm() <= 1e-5 * theirs.norm()
 
 
+def forwards_with_autograd(model) -> list[tuple[int, bool]]:
+    """Record (rows, autograd on) of each forward of `model`."""
+    calls = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(
+        (len(kwargs["input_ids"]), torch.is_grad_enabled())), with_kwargs=True)  # fmt: skip
+    return calls
+
+
+def test_frozen_rows_run_without_autograd_and_change_no_number(tiny_model_dir):
+    model = fused_model(tiny_model_dir)
+    ids, mask = grouped_batch(model.config.vocab_size, [9, 14, 5], group=4, completion_length=7)
+    whole = packed_log_probs(model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids))
+    groups = pack_shared_prompts(ids, mask, 7, pad_token_id=0).row_groups
+    frozen = groups != groups[0]  # every row of two prompts: the loss below gives them no gradient
+    calls = forwards_with_autograd(model)
+    split = packed_log_probs(model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids), frozen=frozen)
+    assert calls == [(1, True), (2, False)]  # one prompt with autograd, then the two frozen ones without
+    for ours, theirs in zip(split, whole, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+    def gradients(values):
+        model.zero_grad()
+        weights = torch.linspace(-1, 1, values[0].numel()).view_as(values[0]) * ~frozen[:, None]
+        (values[0] * weights).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    for ours, theirs in zip(gradients(split), gradients(whole), strict=True):
+        assert (ours - theirs).norm() <= 1e-5 * theirs.norm()
+
+
+def test_with_every_row_frozen_one_prompt_keeps_autograd(tiny_model_dir):
+    model = fused_model(tiny_model_dir)
+    ids, mask = grouped_batch(model.config.vocab_size, [9, 14, 5], group=4, completion_length=7)
+    calls = forwards_with_autograd(model)
+    log_probs = packed_log_probs(
+        model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids), frozen=torch.ones(len(ids), dtype=torch.bool)
+    )[0]
+    assert calls == [(1, True), (2, False)]
+    (log_probs * 0).sum().backward()  # an all-zero loss still gives every weight its zero gradient, as Adam needs
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
 def test_the_lm_head_scores_no_column_before_the_first_completion_token(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, mask = grouped_batch(model.config.vocab_size, [9, 14, 5], group=4, completion_length=7)
@@ -106,7 +148,7 @@ def id_reward(completions, completion_ids, **kwargs):
     return [sum((k + 1) * i for k, i in enumerate(ids)) % 97 / 97 for ids in completion_ids]
 
 
-def make(folder, prompts, tmp_path, cpu_fast_path, **overrides):
+def make(folder, prompts, tmp_path, cpu_fast_path, reward=id_reward, **overrides):
     settings = dict(lopti=True, num_iterations=2, ar_alpha=0.3, beta=0.04, max_steps=4) | overrides
     args = LoptiGRPOConfig(
         output_dir=str(tmp_path / str(cpu_fast_path)), per_device_train_batch_size=8, num_generations=4,
@@ -115,7 +157,7 @@ def make(folder, prompts, tmp_path, cpu_fast_path, **overrides):
     )  # fmt: skip
     return lopti_trainer(cpu_fast_path)(
         model=AutoModelForCausalLM.from_pretrained(folder),
-        reward_funcs=[id_reward],
+        reward_funcs=[reward],
         args=args,
         train_dataset=prompts,
         processing_class=AutoTokenizer.from_pretrained(folder),
@@ -158,6 +200,35 @@ def test_packed_training_matches_padded_training(peaked_model_dir, kk_prompts, t
     )
     # Adam divides each gradient by its own running scale, so rounding in a near-zero gradient moves a weight by
     # up to about the learning rate: the weights agree to a tenth of it
+    for p, q in zip(padded.model.parameters(), packed.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, atol=1e-4, rtol=0)
+
+
+def tied_reward(prompts, completion_ids, **kwargs):
+    """`id_reward`, except that every completion of a prompt of even length scores 0.5: that group's advantages are
+    all zero, so the loss gives its rows no gradient."""
+    scores = id_reward(None, completion_ids)
+    return [0.5 if len(prompt) % 2 == 0 else score for prompt, score in zip(prompts, scores, strict=True)]
+
+
+def test_tied_groups_skip_their_backward_and_train_as_padded(peaked_model_dir, kk_prompts, tmp_path, monkeypatch):
+    frozen_rows = []
+
+    def counting(*args, **kwargs):
+        frozen = args[7] if len(args) > 7 else kwargs.get("frozen")
+        frozen_rows.append(0 if frozen is None else int(frozen.sum()))
+        return packed_log_probs(*args, **kwargs)
+
+    monkeypatch.setattr(packing_module, "packed_log_probs", counting)
+    settings = dict(beta=0.0, reward=tied_reward)
+    padded = make(peaked_model_dir, kk_prompts, tmp_path, cpu_fast_path=False, **settings)
+    padded.train()
+    packed = make(peaked_model_dir, kk_prompts, tmp_path, cpu_fast_path=True, **settings)
+    packed.train()
+    assert len(frozen_rows) == 4 and sum(frozen_rows) >= 4  # a tied group of 4 rows, in each pass over its batch
+    assert logged(packed, "loss") == pytest.approx(logged(padded, "loss"), abs=1e-6)
+    assert logged(packed, "grad_norm") == pytest.approx(logged(padded, "grad_norm"), rel=1e-4)
+    assert logged(packed, "entropy") == pytest.approx(logged(padded, "entropy"), abs=1e-5)
     for p, q in zip(padded.model.parameters(), packed.model.parameters(), strict=True):
         torch.testing.assert_close(q, p, atol=1e-4, rtol=0)
 
