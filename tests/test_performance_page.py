@@ -19,6 +19,8 @@ PAGE = ROOT / "docs" / "performance.md"
 RESULTS = ROOT / "results"
 SIZES = RESULTS / "default-first-run-sizes"
 LEVERS = RESULTS / "default-first-run-levers"
+TIED = RESULTS / "default-first-run-tied"
+LATER = RESULTS / "default-seeds-tied"
 # a number as the page writes it: not part of a name (bf16, SmolLM2-135M, H200) or of a longer number
 NUMBER = re.compile(r"(?<![\w.\-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 NOT_FIGURES = re.compile(r"`[^`]*`|\]\([^)]*\)")  # code spans (commands, flags, paths) and link targets
@@ -134,37 +136,47 @@ def first_run_figures() -> list[str]:
 
 
 def current_figures() -> list[str]:
-    """The default's first run beside lopti before its three latest speed-ups, with the held-out sizes it had then
-    (bench/first_run.py's record), each speed-up's ratio as its bench printed it, and the default's later runs."""
-    machine, before, now, ratio = side_by_side(LEVERS)
+    """The default's first run beside lopti before its latest speed-up (bench/first_run.py's record) and that
+    speed-up's ratios (bench/tied_groups.py); the first run beside lopti before three earlier speed-ups, with the
+    held-out sizes it had then, and each of those speed-ups' ratio as its bench printed it; the default's later runs."""
+    machine, before, now, ratio = side_by_side(TIED)
     assert cpu_label(machine) == "AMD EPYC, AVX-512 BF16"
-    for run in ("variant0", "variant1"):  # "bf16"
-        assert yaml.safe_load((LEVERS / run / "config.yaml").read_text())["bf16"] is machine["native_bf16"] is True
+    assert held_out(TIED / "variant0") == held_out(TIED / "variant1")  # the change is the only difference
+    tied = (TIED / "tied_groups.txt").read_text()
+    assert bench_machine(tied) == machine
+    update = dict(re.findall(r"^(\d) of 4 groups tied: .*?, (\d\.\d\d)x", tied, re.M))
+    earlier, old, new, levers = side_by_side(LEVERS)
+    assert cpu_label(earlier) == cpu_label(machine)  # the same CPU kind
+    for record in (TIED, LEVERS):  # "bf16"
+        for run in ("variant0", "variant1"):
+            assert yaml.safe_load((record / run / "config.yaml").read_text())["bf16"] is True
 
     def ratio_printed(name: str, label: str) -> str:
         printed = (LEVERS / name).read_text()
-        assert bench_machine(printed) == machine  # on the same machine as the first runs
+        assert bench_machine(printed) == earlier  # on the same machine as those first runs
         return re.search(re.escape(label) + r": (\d\.\d\d)x", printed).group(1)
 
     generation = ratio_printed("rollout_draws.txt", "generation, inverse CDF / generate's random numbers")
     batch = ratio_printed("rollout_draws.txt", "whole batch, inverse CDF / generate's random numbers")
     conversion = ratio_printed("smollm2_conversion.txt", "parsed once / transformers' own parses")
     head = ratio_printed("packed_head.txt", "from the first completion column / over every column")
-    later = [report(RESULTS / "default-seeds-100-draws" / f"bf16-seed{seed}") for seed in (1, 2, 3, 4)]
+    later = [report(LATER / f"bf16-seed{seed}") for seed in (1, 2, 3, 4)]
     assert all(phases[:2] == ["1", "0"] for _, phases in later)  # model and evaluation before RL from the cache
     walls, rl = sorted(int(wall) for wall, _ in later), sorted(int(phases[2]) for _, phases in later)
     figures = [
-        f"with the held-out sizes it had then ({held_out(LEVERS / 'variant0')}), from empty caches on "
-        f"{machine['cores']} cores of an AMD EPYC with AVX-512 BF16, bf16",
+        f"From empty caches on {machine['cores']} cores of an AMD EPYC with AVX-512 BF16, bf16",
         f"The processes took {before} s and {now} s ({ratio}×)",
+        f"({update['1']}×, {update['2']}× and {update['3']}× an update with 1, 2 and 3 of 4 groups tied",
+        f"with the held-out sizes of then ({held_out(LEVERS / 'variant0')}), the processes took {old} s and {new} s "
+        f"({levers}×",
         f"by inverse CDF ({generation}× a generated batch's generation, {batch}× the whole batch",
         f"parses the GGUF once ({conversion}×",
         f"from the first completion column ({head}× an update",
         f"took {walls[0]}–{walls[-1]} s (RL {rl[0]}–{rl[-1]} s: seeds 1–4",
     ]
     return [re.escape(figure) for figure in figures] + [
-        run_row(f"before | {held_out(LEVERS / 'variant0')}", LEVERS / "variant0"),
-        run_row(f"now | {held_out(LEVERS / 'variant1')} (the default)", LEVERS / "variant1"),
+        run_row(f"before | {held_out(TIED / 'variant0')}", TIED / "variant0"),
+        run_row(f"now | {held_out(TIED / 'variant1')} (the default)", TIED / "variant1"),
     ]
 
 
@@ -276,7 +288,9 @@ def test_each_figure_on_the_performance_page_is_recomputed_from_its_record():
         ("1.06×", "1.07×"),  # a ratio the GPU check's record computes
         ("| 778 s |", "| 788 s |"),  # the AVX2 machine's default first run
         ("(0.62×)", "(0.61×)"),  # a ratio bench/first_run.py printed
-        ("took 174–225 s", "took 174–226 s"),  # the later runs' wall times, from their reports
+        ("(0.84×)", "(0.83×)"),  # the latest speed-up's first run, from bench/first_run.py's record
+        ("0.65× and 0.51×", "0.66× and 0.51×"),  # an update's ratio bench/tied_groups.py printed
+        ("took 136–179 s", "took 136–178 s"),  # the later runs' wall times, from their reports
         ("(0.90× a generated", "(0.91× a generated"),  # a speed-up's ratio its bench printed
         ("0.49× for 150/150", "0.48× for 150/150"),  # an evaluation ratio of bench/eval_sizes.py
         ("66,000 SFT examples", "60,000 SFT examples"),  # the warm start's data, from its settings
@@ -296,9 +310,9 @@ def test_a_performance_page_that_disagrees_with_its_record_fails(right, wrong):
 def test_the_readmes_first_run_figure_is_the_benches_record():
     """The README's first run is the report of the default's run in bench/first_run.py's record on an AMD EPYC with
     AVX-512 BF16, and the report of the default's run alone on an AVX2-only CPU."""
-    machine, _, _, _ = side_by_side(LEVERS)
+    machine, _, _, _ = side_by_side(TIED)
     assert cpu_label(machine) == "AMD EPYC, AVX-512 BF16"
-    new, _ = report(LEVERS / "variant1")
+    new, _ = report(TIED / "variant1")
     avx2, _ = report(SIZES / "avx2-idle")
     readme = words((ROOT / "README.md").read_text())
     assert (
