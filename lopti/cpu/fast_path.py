@@ -27,6 +27,7 @@ Anywhere else every call is TRL's own, with a debug-level log line saying why.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -34,6 +35,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.generation import GenerationMode
+from trl.models.utils import disable_gradient_checkpointing
 
 from lopti.cpu import packing
 from lopti.cpu.precision import LowPrecisionCopy
@@ -96,7 +98,7 @@ class CpuFastPath:
     # micro-batch's old ones (TRL's `inputs`, a dict TRL reuses for the later passes).
     _first_pass_batch: dict[str, Any] | None = None
     # ... and during `_compute_loss` with autograd on, the micro-batch's rows that its loss gives no gradient
-    # (`_rows_without_gradient`), whose forward then runs without autograd.
+    # (`_rows_without_gradient`), taken by the loss's forward, the first in it, which runs them without autograd.
     _frozen_rows: torch.Tensor | None = None
     # Why it left calls to TRL, each logged once.
     _fast_path_notes: frozenset[str] = frozenset()
@@ -182,16 +184,19 @@ class CpuFastPath:
                       **others):  # fmt: skip
         """Return TRL's (log-probs, entropies, log Σ p²) from the packed forward, or None where it does not apply
         (`packing_applies`, or extra model inputs: images, the MoE loss)."""
+        frozen, self._frozen_rows = self._frozen_rows, None  # for the loss's own forward, the first of `_compute_loss`
         extra = sorted(name for name, value in others.items() if value is not None and value is not False)
         problem = f"model inputs beyond the tokens ({', '.join(extra)})" if extra else None
         if not self._fast_path_applies(model, input_ids.device, problem):
             return None
-        frozen = self._frozen_rows  # for the loss's own forward over the micro-batch, not any other in it
-        frozen = frozen if frozen is not None and len(frozen) == len(input_ids) else None
+        unwrapped = self.accelerator.unwrap_model(model)
+        no_checkpointing = functools.partial(
+            disable_gradient_checkpointing, unwrapped, self.args.gradient_checkpointing_kwargs
+        )
         with self.accelerator.autocast():
             packed = packing.packed_log_probs(
                 model, input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id or 0,
-                batch_size or len(input_ids), self.temperature, frozen, self.accelerator.unwrap_model(model),
+                batch_size or len(input_ids), self.temperature, frozen, unwrapped, no_checkpointing,
             )  # fmt: skip
         return None if packed is None else (packed[0], packed[1] if compute_entropy else None, packed[2])
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from accelerate.utils import is_peft_model
@@ -41,6 +41,7 @@ def packed_log_probs(
     temperature: float = 1.0,
     frozen: torch.Tensor | None = None,
     frozen_model: torch.nn.Module | None = None,
+    frozen_block: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None:
     """Return (log-probs, entropies, log Σ p²) of the completion tokens at `temperature`, as TRL's fused LM head
     gives them for the padded rows, computed with each prompt once per chunk of `chunk_rows` rows; None if no chunk
@@ -53,17 +54,14 @@ def packed_log_probs(
     take a few hundred MB.
 
     `frozen` (bool per row) marks the rows whose log-probs the caller's loss gives no gradient: a prompt whose rows
-    are all frozen runs its forward without autograd, so the backward skips it. If every row is frozen, one prompt
-    keeps autograd: the loss then still reaches every weight with the zero gradient the padded forward gives it (an
-    optimizer step passes over a weight without a gradient, where Adam's moments would have moved it).
-    `frozen_model` runs the forward without autograd (`model` if None): the model out of its DDP wrapper, whose
-    forward joins the processes' collectives, so that every process runs one wrapped forward per chunk whatever its
-    rewards.
+    are all frozen runs its forward without autograd, so the backward skips it. In each chunk one prompt keeps
+    autograd all the same, so that the loss reaches every weight with the zero gradient the padded forward gives it
+    (an optimizer step passes over a weight without a gradient, where Adam's moments would have moved it) and each
+    process of a DDP run makes one wrapped forward per chunk whatever its rewards. The forward without autograd runs
+    on `frozen_model` (`model` if None; the model out of its DDP wrapper, whose forward joins the processes'
+    collectives) inside `frozen_block()` (where the caller turns gradient checkpointing off, as TRL does for a
+    forward without autograd), before the chunk's forward with autograd.
     """
-    completes = attention_mask[:, -completion_length:].any(dim=1)
-    if frozen is not None and bool((frozen | ~completes).all()):
-        frozen = frozen.clone()
-        frozen[int(completes.int().argmax())] = False
     chunks = []
     for start in range(0, input_ids.size(0), chunk_rows):
         ids, mask = input_ids[start : start + chunk_rows], attention_mask[start : start + chunk_rows]
@@ -74,23 +72,26 @@ def packed_log_probs(
             return None
         learning = torch.ones(len(packed.input_ids), dtype=torch.bool, device=ids.device)
         if frozen is not None:
-            learning[:] = False
+            learning = torch.zeros_like(learning)
             learning[packed.row_groups[~frozen[start : start + chunk_rows]]] = True
+            if not learning.any():  # one prompt keeps autograd (see above): one with a completion token
+                learning[int((packed.shift_labels != IGNORED).any(dim=1).int().argmax())] = True
         chunks.append((packed, len(ids), learning))
     outputs = []
     for packed, rows, learning in chunks:
         scored = packed.shift_labels != IGNORED
         # the LM head only from the first column any row scores: the prompt's other positions need no vocabulary
         kept = scored.size(1) - int(scored.any(dim=0).int().argmax())
-        parts = []
-        for selected, gradient in ((learning, True), (~learning, False)):
-            index = selected.nonzero().flatten()
-            if len(index):
-                runs = model if gradient else frozen_model or model
-                with torch.set_grad_enabled(gradient and torch.is_grad_enabled()):
-                    parts.append((index, _packed_statistics(runs, packed, index, kept, temperature)))
-        order = torch.cat([index for index, _ in parts]).argsort()
-        grids = [torch.cat(part)[order] for part in zip(*(fields for _, fields in parts), strict=True)]
+        pieces = []
+        if not learning.all():
+            index = (~learning).nonzero().flatten()
+            with torch.no_grad(), frozen_block():
+                forward = model if frozen_model is None else frozen_model
+                pieces.append((index, _packed_statistics(forward, packed, index, kept, temperature)))
+        index = learning.nonzero().flatten()
+        pieces.append((index, _packed_statistics(model, packed, index, kept, temperature)))
+        order = torch.cat([index for index, _ in pieces]).argsort()
+        grids = [torch.cat(field)[order] for field in zip(*(fields for _, fields in pieces), strict=True)]
         outputs.append([unpack(grid, packed, rows, completion_length) for grid in grids])
     return tuple(torch.cat(parts) for parts in zip(*outputs, strict=True))
 

@@ -1,5 +1,7 @@
 """The packed log-prob forward (lopti/cpu/packing.py) against TRL's padded one, and when the trainer uses it."""
 
+import warnings
+
 import pytest
 import torch
 from test_trainer import lopti_trainer
@@ -81,7 +83,7 @@ def test_frozen_rows_run_without_autograd_and_change_no_number(tiny_model_dir):
     frozen = groups != groups[0]  # every row of two prompts: the loss below gives them no gradient
     calls = forwards_with_autograd(model)
     split = packed_log_probs(model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids), frozen=frozen)
-    assert calls == [(1, True), (2, False)]  # one prompt with autograd, then the two frozen ones without
+    assert calls == [(2, False), (1, True)]  # the two frozen prompts without autograd, then one with it
     for ours, theirs in zip(split, whole, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
 
@@ -102,9 +104,25 @@ def test_with_every_row_frozen_one_prompt_keeps_autograd(tiny_model_dir):
     log_probs = packed_log_probs(
         model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids), frozen=torch.ones(len(ids), dtype=torch.bool)
     )[0]
-    assert calls == [(1, True), (2, False)]
+    assert calls == [(2, False), (1, True)]
     (log_probs * 0).sum().backward()  # an all-zero loss still gives every weight its zero gradient, as Adam needs
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
+def test_each_chunk_keeps_one_prompt_with_autograd(tiny_model_dir):
+    """Every chunk runs one forward with autograd, so each process of a DDP run makes as many wrapped forwards as the
+    others, whatever its rewards."""
+    model = fused_model(tiny_model_dir)
+    ids, mask = grouped_batch(model.config.vocab_size, [9, 14, 5], group=4, completion_length=7)
+    order = pack_shared_prompts(ids, mask, 7, pad_token_id=0).row_groups.argsort()
+    ids, mask = ids[order], mask[order]  # grouped by prompt: chunks of 4 rows are whole groups
+    frozen = torch.ones(len(ids), dtype=torch.bool)
+    frozen[4:8] = False  # the second chunk's group learns; the first and third are all frozen
+    calls = forwards_with_autograd(model)
+    chunked = packed_log_probs(model, ids, mask, 7, pad_token_id=0, chunk_rows=4, frozen=frozen)
+    assert [grad for _, grad in calls] == [True, True, True]
+    whole = packed_log_probs(model, ids, mask, 7, pad_token_id=0, chunk_rows=len(ids))
+    torch.testing.assert_close(chunked[0], whole[0], rtol=1e-5, atol=1e-6)
 
 
 def test_the_lm_head_scores_no_column_before_the_first_completion_token(tiny_model_dir):
@@ -211,26 +229,63 @@ def tied_reward(prompts, completion_ids, **kwargs):
     return [0.5 if len(prompt) % 2 == 0 else score for prompt, score in zip(prompts, scores, strict=True)]
 
 
-def test_tied_groups_skip_their_backward_and_train_as_padded(peaked_model_dir, kk_prompts, tmp_path, monkeypatch):
-    frozen_rows = []
+@pytest.mark.parametrize(
+    "checkpointing",
+    [{}, dict(gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": True})],
+    ids=["plain", "reentrant-checkpointing"],
+)
+def test_tied_groups_skip_their_backward_and_train_as_padded(
+    peaked_model_dir, kk_prompts, tmp_path, monkeypatch, checkpointing
+):
+    frozen_rows, warned = [], []
 
     def counting(*args, **kwargs):
         frozen = args[7] if len(args) > 7 else kwargs.get("frozen")
         frozen_rows.append(0 if frozen is None else int(frozen.sum()))
-        return packed_log_probs(*args, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = packed_log_probs(*args, **kwargs)
+        warned.extend(str(warning.message) for warning in caught)
+        return result
 
     monkeypatch.setattr(packing_module, "packed_log_probs", counting)
-    settings = dict(beta=0.0, reward=tied_reward)
+    settings = dict(beta=0.0, reward=tied_reward, **checkpointing)
     padded = make(peaked_model_dir, kk_prompts, tmp_path, cpu_fast_path=False, **settings)
     padded.train()
     packed = make(peaked_model_dir, kk_prompts, tmp_path, cpu_fast_path=True, **settings)
     packed.train()
+    # where transformers checkpoints a layer without autograd too (5.9), reentrant checkpointing warns that no input
+    # requires a gradient: the frozen forward runs with checkpointing off
+    assert not [message for message in warned if "requires_grad" in message]
     assert len(frozen_rows) == 4 and sum(frozen_rows) >= 4  # a tied group of 4 rows, in each pass over its batch
     assert logged(packed, "loss") == pytest.approx(logged(padded, "loss"), abs=1e-6)
     assert logged(packed, "grad_norm") == pytest.approx(logged(padded, "grad_norm"), rel=1e-4)
     assert logged(packed, "entropy") == pytest.approx(logged(padded, "entropy"), abs=1e-5)
     for p, q in zip(padded.model.parameters(), packed.model.parameters(), strict=True):
         torch.testing.assert_close(q, p, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(beta=0.04),
+        dict(entropy_coef=0.01),
+        dict(token_credit=["stapo"]),
+        dict(ar_alpha=0.0, lopti=False, top_entropy_quantile=0.5),
+    ],
+    ids=["kl", "entropy-bonus", "credit-step", "trl-loss"],
+)
+def test_a_loss_term_beyond_the_advantages_freezes_no_row(tiny_model_dir, kk_prompts, tmp_path, settings):
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, cpu_fast_path=True, **settings)
+    assert trainer._rows_without_gradient({"advantages": torch.zeros(4)}) is None
+
+
+def test_rows_whose_advantages_are_all_zero_are_frozen(tiny_model_dir, kk_prompts, tmp_path):
+    trainer = make(tiny_model_dir, kk_prompts, tmp_path, cpu_fast_path=True, beta=0.0)
+    per_response = torch.tensor([0.0, 0.5, 0.0, -0.5])
+    assert trainer._rows_without_gradient({"advantages": per_response}).tolist() == [True, False, True, False]
+    per_token = torch.tensor([[0.0, 0.0], [0.0, 0.3], [0.0, 0.0]])  # lopti's advantage estimators
+    assert trainer._rows_without_gradient({"advantages": per_token}).tolist() == [True, False, True]
 
 
 def test_packing_is_cpu_only(tiny_model_dir, kk_prompts, tmp_path):
