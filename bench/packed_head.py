@@ -43,6 +43,14 @@ def default_shaped_batch(vocabulary: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(ids), torch.stack(mask)
 
 
+def default_shaped_setup() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """Set torch's threads from OMP_NUM_THREADS (default 2); return the embedded SmolLM2-135M in training mode and a
+    batch of the default recipe's shapes (`default_shaped_batch`), as the update benchmarks time it."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    model = load_model(resolve_model("smollm2-135m"), attn_implementation="sdpa").train()
+    return model, *default_shaped_batch(model.config.vocab_size)
+
+
 def every_column(forward):
     """`forward` with the LM head over every column: the logits it returns are cut to what was asked for after."""
 
@@ -74,9 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    model = load_model(resolve_model("smollm2-135m"), attn_implementation="sdpa").train()
-    ids, mask = default_shaped_batch(model.config.vocab_size)
+    model, ids, mask = default_shaped_setup()
     ways = {"over every column": True, "from the first completion column": False}
     seconds: dict[str, list[float]] = {way: [] for way in ways}
     log_probs = {}

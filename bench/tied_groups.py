@@ -16,16 +16,14 @@ Run: OMP_NUM_THREADS=2 python bench/tied_groups.py --rounds 4
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
-from packed_head import BUDGET, GROUP, PROMPTS, default_shaped_batch  # bench/ is the script's folder: on sys.path
+from packed_head import BUDGET, GROUP, PROMPTS, default_shaped_setup  # bench/ is the script's folder: on sys.path
 
 from lopti.cpu import packing
 from lopti.cpu.precision import hardware, native_bf16
-from lopti.models.loading import load_model, resolve_model
 
 
 def update(model, ids, mask, advantages: torch.Tensor, freeze: bool) -> tuple[float, torch.Tensor]:
@@ -45,9 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    model = load_model(resolve_model("smollm2-135m"), attn_implementation="sdpa").train()
-    ids, mask = default_shaped_batch(model.config.vocab_size)
+    model, ids, mask = default_shaped_setup()
     print(f"{hardware()}, {torch.get_num_threads()} threads, {'bf16 autocast' if native_bf16() else 'fp32'}")
     for tied in range(1, PROMPTS):
         signs = torch.tensor([1.0, -1.0]).repeat(PROMPTS * GROUP // 2)
